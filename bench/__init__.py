@@ -1,0 +1,1 @@
+"""kdakit.bench: serving throughput through SGLang's own benchmark client."""

@@ -1,0 +1,1 @@
+"""kdakit.evals: GSM8K accuracy through lm-eval, fully offline."""

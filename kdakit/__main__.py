@@ -1,0 +1,5 @@
+import sys
+
+from kdakit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,36 @@
+"""The `kdakit` command line. Each area registers its own subcommands; this file only wires them."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from kdakit.errors import UsageError
+
+# Modules exposing `register(subparsers)`. Each adds one subcommand and sets `func` on its parser.
+COMMAND_MODULES = [
+    "kdakit.pins",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kdakit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"kdakit {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
