@@ -1,0 +1,107 @@
+"""Make Helion kernels runnable on a CPU under Triton's interpreter (`TRITON_INTERPRET=1`).
+
+Under `TRITON_INTERPRET=1` Helion still generates Triton code, and Triton's interpreter runs it with numpy, so
+CPU tests exercise the same code, block sizes and masks as the GPU. Three interpreter gaps break that, and
+`install()` closes them (it changes nothing on a GPU run):
+
+1. `libdevice.*` math (what Helion emits for `torch.exp`, `torch.log`, `torch.sqrt`, ...) are stubs that
+   return None in the interpreter; they are forwarded to `tl.math`, which the interpreter implements.
+2. `tl.dot` on bf16 operands multiplies the raw uint16 bit patterns; bf16 operands are decoded to fp32 first.
+3. `triton.autotune` benchmarks through a GPU driver; in the interpreter the first surviving config is used.
+
+Usage, before any Triton or Helion import runs a kernel:
+
+    import os
+    os.environ["TRITON_INTERPRET"] = "1"     # must be set before triton is imported
+    from kdakit.kernels import interpret
+    interpret.install()
+
+`install()` is idempotent and returns True when it patched anything.
+"""
+
+from __future__ import annotations
+
+import os
+
+_installed = False
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _forward_libdevice() -> None:
+    import triton.language as tl
+    from triton.language.extra import libdevice
+
+    def forward(name: str):
+        def fn(*args, _semantic=None, **_kwargs):
+            # resolved at call time: the interpreter swaps tl.math's builtins for its own while it runs
+            return getattr(tl.math, name)(*args)
+
+        fn.__name__ = name
+        return fn
+
+    for name in dir(libdevice):
+        if name.startswith("_") or not callable(getattr(libdevice, name)):
+            continue
+        if hasattr(tl.math, name):
+            setattr(libdevice, name, forward(name))
+
+    # A few libdevice functions have no tl.math twin; compose them from ones that do.
+    def log1p(x, _semantic=None):
+        return tl.math.log(x + 1.0)
+
+    def expm1(x, _semantic=None):
+        return tl.math.exp(x) - 1.0
+
+    def tanh(x, _semantic=None):
+        return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+    def pow(x, y, _semantic=None):
+        return tl.math.exp2(y * tl.math.log2(x))
+
+    for fn in (log1p, expm1, tanh, pow):
+        setattr(libdevice, fn.__name__, fn)
+
+
+def _decode_bf16_dot() -> None:
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    original = interpreter.InterpreterBuilder.create_dot
+
+    def as_fp32(handle):
+        if handle.dtype.scalar == tl.bfloat16:
+            bits = handle.data.astype(np.uint32) << 16
+            return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
+        return handle
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return original(self, as_fp32(a), as_fp32(b), d, input_precision, max_num_imprecise_acc)
+
+    interpreter.InterpreterBuilder.create_dot = create_dot
+
+
+def _first_autotune_config() -> None:
+    from triton.runtime import autotuner
+
+    original = autotuner.Autotuner.prune_configs
+
+    def prune_configs(self, kwargs):
+        return original(self, kwargs)[:1]
+
+    autotuner.Autotuner.prune_configs = prune_configs
+
+
+def install() -> bool:
+    """Patch Triton's interpreter (only when TRITON_INTERPRET is set). Returns True if patched."""
+    global _installed
+    if _installed or not interpreting():
+        return _installed
+    _forward_libdevice()
+    _decode_bf16_dot()
+    _first_autotune_config()
+    _installed = True
+    return True
