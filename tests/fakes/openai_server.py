@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""A stand-in for an SGLang server: OpenAI-compatible API that answers GSM8K from the true answers.
+
+Python 3 standard library only (it runs in a bare Debian image with python3 and nothing else).
+
+    python3 openai_server.py [--host 127.0.0.1] [--port 30000] [--data test.jsonl]
+                             [--error-rate 0.0] [--seed 0] [--model-name llm]
+                             [--accept-length 3.5] [--server-arg KEY=VALUE ...]
+                             [--token-delay-ms 0] [--fail-at-start] [--log-requests]
+
+  --port 0            pick a free port; the first stdout line is always
+                      "kdakit-fake-openai listening on http://HOST:PORT"
+  --data FILE         GSM8K jsonl ({"question", "answer"} lines, answer ends in "#### N"); default: the kit's
+                      evals/data/gsm8k/test.jsonl when present. Unknown prompts get filler text.
+  --error-rate R      fraction of questions answered wrong. Question i (its line in --data) is wrong when
+                      floor((i+1)*R + phase) > floor(i*R + phase), phase from --seed: every prefix of n
+                      questions has floor(n*R + phase) wrong answers, exactly n*R when that is an integer.
+  --seed S            picks the phase above and each answer's format (see FORMATS): "#### 1,234",
+                      "The answer is $1234.", "#### $1234", reasoning text ending in the bare number.
+  --accept-length X   reported as /server_info internal_states[0].avg_spec_accept_length (EAGLE).
+  --server-arg K=V    extra server args reported by /server_info (repeatable; V parsed as JSON if it can be).
+  --token-delay-ms MS sleep between streamed tokens (0: as fast as possible).
+  --fail-at-start     print an error and exit 3 at once (fault tests: a server container that dies).
+
+Endpoints: GET /health, /health_generate, /v1/models, /server_info (alias /get_server_info),
+/fake/stats (request counts); POST /v1/chat/completions, /v1/completions (both streaming or not,
+"stream_options": {"include_usage": true} honoured) and SGLang's native /generate (text or input_ids,
+streaming with cumulative text and meta_info.completion_tokens). Generated "tokens" are whitespace-separated
+words; max_tokens / max_completion_tokens / max_new_tokens cap the answer; filler output (benchmark prompts)
+is exactly that many words, as with ignore_eos.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "evals" / "data" / "gsm8k" / "test.jsonl"
+FILLER_WORD = "token "  # one word = one "token"; trailing space so streamed pieces concatenate
+
+# name -> template; {v} is the number as printed by the format's own rule (see render_answer).
+FORMATS = ("hash", "hash_commas", "dollar_period", "hash_dollar", "reasoning_plain")
+
+
+def is_wrong(index: int, error_rate: float, seed: int) -> bool:
+    phase = random.Random(f"phase:{seed}").random()
+    return math.floor((index + 1) * error_rate + phase) > math.floor(index * error_rate + phase)
+
+
+def answer_format(index: int, seed: int) -> str:
+    return random.Random(f"format:{seed}:{index}").choice(FORMATS)
+
+
+def parse_number(answer: str) -> int | float:
+    final = answer.rsplit("####", 1)[-1].strip().replace(",", "")
+    value = float(final)
+    return int(value) if value.is_integer() else value
+
+
+def render_answer(value: int | float, fmt: str) -> str:
+    plain = str(value)
+    commas = f"{value:,}"
+    if fmt == "hash":
+        return f"Let me work through it step by step.\nThe numbers give the result.\n#### {plain}"
+    if fmt == "hash_commas":
+        return f"Adding up every part gives the total.\n#### {commas}"
+    if fmt == "dollar_period":
+        return f"First I compute each part, then combine them. The answer is ${commas}."
+    if fmt == "hash_dollar":
+        return f"Computing the amount.\n#### ${plain}"
+    if fmt == "reasoning_plain":
+        return f"Step 1: read the problem. Step 2: combine 2 quantities.\nSo the final answer is {plain}"
+    raise ValueError(fmt)
+
+
+def _normalize(text: str) -> str:
+    return " ".join(text.split())
+
+
+class Gsm8kOracle:
+    def __init__(self, path: Path | None, error_rate: float, seed: int):
+        self.error_rate, self.seed = error_rate, seed
+        self.index: dict[str, int] = {}
+        self.values: list[int | float] = []
+        if path is not None and path.exists():
+            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+                if line.strip():
+                    row = json.loads(line)
+                    self.index.setdefault(_normalize(row["question"]), i)
+                    self.values.append(parse_number(row["answer"]))
+
+    def find(self, prompt: str) -> int | None:
+        """The test index of the LAST question in a (few-shot) prompt, if it is a known one."""
+        if "Question:" in prompt:
+            tail = prompt.rsplit("Question:", 1)[1]
+            tail = re.split(r"\n\s*Answer:", tail, maxsplit=1)[0]
+            hit = self.index.get(_normalize(tail))
+            if hit is not None:
+                return hit
+        flat = _normalize(prompt)
+        best, best_pos = None, -1
+        for question, i in self.index.items():
+            pos = flat.rfind(question)
+            if pos > best_pos:
+                best, best_pos = i, pos
+        return best
+
+    def answer(self, prompt: str) -> str | None:
+        i = self.find(prompt)
+        if i is None:
+            return None
+        value = self.values[i]
+        if is_wrong(i, self.error_rate, self.seed):
+            value = value + 1 + i % 7
+        return render_answer(value, answer_format(i, self.seed))
+
+
+class FakeState:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        data = Path(args.data) if args.data else (DEFAULT_DATA if DEFAULT_DATA.exists() else None)
+        self.oracle = Gsm8kOracle(data, args.error_rate, args.seed)
+        self.lock = threading.Lock()
+        self.stats: dict[str, int] = {}
+        self.server_args = {
+            "model_path": f"/models/{args.model_name}",
+            "served_model_name": args.model_name,
+            "tp_size": 4,
+            "speculative_algorithm": "EAGLE",
+            "speculative_num_steps": 5,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 6,
+            "random_seed": 42,
+        }
+        for item in args.server_arg:
+            key, _, raw = item.partition("=")
+            try:
+                self.server_args[key] = json.loads(raw)
+            except json.JSONDecodeError:
+                self.server_args[key] = raw
+
+    def count(self, path: str) -> None:
+        with self.lock:
+            self.stats[path] = self.stats.get(path, 0) + 1
+
+    def completion_words(self, prompt: str, max_tokens: int | None) -> tuple[list[str], str]:
+        """(words to emit, finish_reason)."""
+        text = self.oracle.answer(prompt)
+        if text is None:
+            n = max_tokens if max_tokens is not None else 16
+            return [FILLER_WORD] * n, "length"
+        words = re.findall(r"\S+\s*", text)
+        if max_tokens is not None and len(words) > max_tokens:
+            return words[:max_tokens], "length"
+        return words, "stop"
+
+
+def _prompt_text(prompt: object) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list):
+        if prompt and all(isinstance(p, int) for p in prompt):
+            return " ".join(map(str, prompt))
+        return _prompt_text(prompt[-1]) if prompt else ""
+    return ""
+
+
+def _chat_text(messages: list) -> str:
+    for message in reversed(messages or []):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                content = " ".join(c.get("text", "") for c in content if isinstance(c, dict))
+            return content or ""
+    return ""
+
+
+def _max_tokens(body: dict, *keys: str) -> int | None:
+    for key in keys:
+        if body.get(key) is not None:
+            return int(body[key])
+    return None
+
+
+def _join(words: list[str]) -> str:
+    return "".join(words).rstrip()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state: FakeState
+
+    def log_message(self, fmt, *args):  # quiet unless asked
+        if self.state.args.log_requests:
+            sys.stderr.write("fake-openai: " + fmt % args + "\n")
+
+    # helpers
+    def _json(self, status: int, payload: object) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        return json.loads(raw or b"{}")
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _event(self, payload: object) -> None:
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        self.wfile.write(f"data: {data}\n\n".encode())
+        self.wfile.flush()
+
+    def _pause(self) -> None:
+        if self.state.args.token_delay_ms > 0:
+            time.sleep(self.state.args.token_delay_ms / 1000.0)
+
+    # routes
+    def do_GET(self):
+        path = self.path.split("?", 1)[0]
+        self.state.count(path)
+        if path in ("/health", "/health_generate"):
+            self._json(200, {"status": "ok"})
+        elif path == "/v1/models":
+            name = self.state.args.model_name
+            self._json(200, {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "fake"}]})
+        elif path in ("/server_info", "/get_server_info"):
+            info = dict(self.state.server_args)
+            info["version"] = "fake"
+            info["internal_states"] = [{"avg_spec_accept_length": self.state.args.accept_length}]
+            self._json(200, info)
+        elif path == "/fake/stats":
+            with self.state.lock:
+                self._json(200, dict(self.state.stats))
+        else:
+            self._json(404, {"error": {"message": f"no route {path}"}})
+
+    def do_POST(self):
+        path = self.path.split("?", 1)[0]
+        self.state.count(path)
+        try:
+            body = self._body()
+        except json.JSONDecodeError:
+            self._json(400, {"error": {"message": "body is not JSON"}})
+            return
+        if path == "/v1/chat/completions":
+            self._openai(body, chat=True)
+        elif path == "/v1/completions":
+            self._openai(body, chat=False)
+        elif path == "/generate":
+            self._generate(body)
+        else:
+            self._json(404, {"error": {"message": f"no route {path}"}})
+
+    def _openai(self, body: dict, chat: bool) -> None:
+        prompt = _chat_text(body.get("messages", [])) if chat else _prompt_text(body.get("prompt", ""))
+        limit = _max_tokens(body, "max_completion_tokens", "max_tokens")
+        words, finish = self.state.completion_words(prompt, limit)
+        prompt_tokens = len(prompt.split())
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(words)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        rid = f"fake-{uuid.uuid4().hex[:12]}"
+        model = body.get("model") or self.state.args.model_name
+        kind = "chat.completion" if chat else "text_completion"
+        if not body.get("stream"):
+            text = _join(words)
+            choice = {"index": 0, "finish_reason": finish}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            self._json(200, {"id": rid, "object": kind, "model": model, "choices": [choice], "usage": usage})
+            return
+        self._start_stream()
+        kind += ".chunk" if chat else ""
+        for word in words:
+            self._pause()
+            if chat:
+                choice = {"index": 0, "delta": {"content": word}, "finish_reason": None}
+            else:
+                choice = {"index": 0, "text": word, "finish_reason": None}
+            self._event({"id": rid, "object": kind, "model": model, "choices": [choice]})
+        last = {"index": 0, "finish_reason": finish}
+        last.update({"delta": {}} if chat else {"text": ""})
+        self._event({"id": rid, "object": kind, "model": model, "choices": [last]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self._event({"id": rid, "object": kind, "model": model, "choices": [], "usage": usage})
+        self._event("[DONE]")
+
+    def _generate(self, body: dict) -> None:
+        prompt = body.get("text") if body.get("text") is not None else body.get("input_ids", "")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+            self._json(400, {"error": {"message": "batched /generate is not supported by the fake"}})
+            return
+        params = body.get("sampling_params") or {}
+        limit = _max_tokens(params, "max_new_tokens")
+        words, finish = self.state.completion_words(_prompt_text(prompt), limit)
+        prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        rid = f"fake-{uuid.uuid4().hex[:12]}"
+
+        def meta(done: int, final: bool) -> dict:
+            info = {"id": rid, "prompt_tokens": prompt_tokens, "completion_tokens": done, "cached_tokens": 0}
+            info["spec_accept_length"] = self.state.args.accept_length
+            info["finish_reason"] = {"type": finish} if final else None
+            return info
+
+        if not body.get("stream"):
+            self._json(200, {"text": _join(words), "meta_info": meta(len(words), True)})
+            return
+        self._start_stream()
+        for n in range(1, len(words) + 1):
+            self._pause()
+            self._event({"text": _join(words[:n]), "meta_info": meta(n, n == len(words))})
+        self._event("[DONE]")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="OpenAI-compatible test double for an SGLang server")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--data", default=None)
+    p.add_argument("--error-rate", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model-name", default="llm")
+    p.add_argument("--accept-length", type=float, default=3.5)
+    p.add_argument("--server-arg", action="append", default=[])
+    p.add_argument("--token-delay-ms", type=float, default=0.0)
+    p.add_argument("--fail-at-start", action="store_true")
+    p.add_argument("--log-requests", action="store_true")
+    args = p.parse_args(argv)
+    if not 0.0 <= args.error_rate <= 1.0:
+        p.error("--error-rate must be within [0, 1]")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.fail_at_start:
+        print("fake-openai: failing at start as asked (--fail-at-start)", file=sys.stderr, flush=True)
+        return 3
+    # As PID 1 in a container SIGTERM has no default action; make `docker stop` end us promptly.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    Handler.state = FakeState(args)
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server.daemon_threads = True
+    host, port = server.server_address[:2]
+    print(f"kdakit-fake-openai listening on http://{host}:{port}", flush=True)
+    loaded = len(Handler.state.oracle.values)
+    print(f"fake-openai: {loaded} GSM8K questions loaded", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
