@@ -11,6 +11,8 @@ from kdakit.errors import UsageError
 # Modules exposing `register(subparsers)`. Each adds one subcommand and sets `func` on its parser.
 COMMAND_MODULES = [
     "kdakit.pins",
+    "kdakit.preflight",
+    "kdakit.health",
 ]
 
 
