@@ -1,0 +1,253 @@
+"""The SGLang integration: a small patch that makes SGLang's Helion KDA backend call kdakit's kernels.
+
+The patch touches one file, SGLang's Helion adapter (`srt/layers/attention/linear/kernels/kda_helion.py`):
+instead of importing SGLang's own Helion entry points it imports them from the modules that
+`helion_kda_modules()` names, chosen once at import time from `KDAKIT_HELION_KERNELS`:
+
+- `kdakit` (default): decode and verify from kdakit's kernels; prefill from kdakit's `chunk_kda` when
+  `kdakit.kernels.prefill` exists, else SGLang's upstream Helion prefill;
+- `upstream`: SGLang's own Helion kernels, as if unpatched (the `helion-upstream` arm).
+
+The `--linear-attn-{prefill,decode,verify}-backend helion` flags keep working verbatim: the patch changes
+which kernels the Helion backend calls, never how it is selected. ReplaySSM decode stays upstream.
+
+This module must stay light (no torch import): the patched SGLang imports it at start-up.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_VAR = "KDAKIT_HELION_KERNELS"
+CHOICES = ("kdakit", "upstream")
+DEFAULT = "kdakit"
+ADAPTER = "sglang/srt/layers/attention/linear/kernels/kda_helion.py"
+ADAPTER_MODULE = "sglang.srt.layers.attention.linear.kernels.kda_helion"
+UPSTREAM_MODULES = {
+    "decode": "sglang.kernels.ops.attention.helion.kda_decode",
+    "verify": "sglang.kernels.ops.attention.helion.kda_verify",
+    "prefill": "sglang.kernels.ops.attention.helion.kda_prefill",
+}
+KDAKIT_MODULES = {
+    "decode": "kdakit.kernels.decode",
+    "verify": "kdakit.kernels.verify",
+    "prefill": "kdakit.kernels.prefill",
+}
+ENTRY_POINTS = {
+    "decode": "helion_fused_recurrent_kda_packed_decode",
+    "verify": "helion_kda_verify",
+    "prefill": "chunk_kda",
+}
+PATCH_DIR = Path(__file__).resolve().parent
+log = logging.getLogger("kdakit.integration")
+
+
+class PatchError(RuntimeError):
+    """The patch does not apply cleanly (wrong SGLang version, or the file was changed)."""
+
+
+def selected_kernels() -> str:
+    """The value of KDAKIT_HELION_KERNELS (default kdakit); any other value is an error."""
+    value = os.environ.get(ENV_VAR, DEFAULT).strip() or DEFAULT
+    if value not in CHOICES:
+        raise ValueError(f"{ENV_VAR} must be one of {', '.join(CHOICES)}; got {value!r}")
+    return value
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def helion_kda_modules(quiet: bool = False) -> dict[str, str]:
+    """Phase -> module holding its Helion entry point, under the current environment (called by the patch)."""
+    choice = selected_kernels()
+    if choice == "upstream":
+        modules = dict(UPSTREAM_MODULES)
+    else:
+        modules = dict(KDAKIT_MODULES)
+        if not _module_exists(KDAKIT_MODULES["prefill"]):
+            modules["prefill"] = UPSTREAM_MODULES["prefill"]
+    if not quiet:
+        log.warning(
+            "kdakit: Helion KDA kernels from %s (%s=%s): decode=%s verify=%s prefill=%s",
+            choice, ENV_VAR, choice, modules["decode"], modules["verify"], modules["prefill"],
+        )  # fmt: skip
+    return modules
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Applying the patch: a strict unified-diff applier (no `patch`/`git` needed in the image).
+
+
+def patch_file(sglang_version: str | None = None) -> Path:
+    from kdakit import pins
+
+    version = sglang_version or pins.package("sglang")
+    path = PATCH_DIR / f"sglang-{version}-kdakit.patch"
+    if not path.is_file():
+        raise PatchError(f"no kdakit patch for sglang {version} ({path.name} missing)")
+    return path
+
+
+@dataclass
+class Hunk:
+    old_start: int
+    old: list[str]
+    new: list[str]
+
+
+@dataclass
+class FilePatch:
+    path: str  # relative to site-packages, prefix a/ b/ stripped (patch -p1)
+    hunks: list[Hunk]
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def parse(text: str) -> list[FilePatch]:
+    files: list[FilePatch] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
+            target = lines[i + 1][4:].split("\t")[0].strip()
+            files.append(FilePatch(target.split("/", 1)[1] if "/" in target else target, []))
+            i += 2
+            continue
+        match = _HUNK.match(line)
+        if match:
+            if not files:
+                raise PatchError("hunk before any file header")
+            old_count = int(match.group(2) or 1)
+            new_count = int(match.group(4) or 1)
+            hunk = Hunk(int(match.group(1)), [], [])
+            i += 1
+            while (len(hunk.old) < old_count or len(hunk.new) < new_count) and i < len(lines):
+                body = lines[i]
+                tag, rest = (body[:1], body[1:]) if body else (" ", "")
+                if tag == " ":
+                    hunk.old.append(rest)
+                    hunk.new.append(rest)
+                elif tag == "-":
+                    hunk.old.append(rest)
+                elif tag == "+":
+                    hunk.new.append(rest)
+                elif tag != "\\":
+                    raise PatchError(f"malformed hunk line {i + 1}: {body!r}")
+                i += 1
+            if len(hunk.old) != old_count or len(hunk.new) != new_count:
+                raise PatchError(f"truncated hunk at line {i}")
+            files[-1].hunks.append(hunk)
+            continue
+        i += 1
+    if not files or not all(f.hunks for f in files):
+        raise PatchError("patch has no file with hunks")
+    return files
+
+
+def _apply_hunks(lines: list[str], hunks: list[Hunk], reverse: bool = False) -> list[str] | None:
+    """New lines, or None when any hunk's context is not found exactly at its place."""
+    out = list(lines)
+    shift = 0
+    for hunk in hunks:
+        old, new = (hunk.new, hunk.old) if reverse else (hunk.old, hunk.new)
+        at = hunk.old_start - 1 + shift
+        if at < 0 or out[at : at + len(old)] != old:
+            return None
+        out[at : at + len(old)] = new
+        shift += len(new) - len(old)
+    return out
+
+
+def _read_lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def check(site_packages: str | Path, patch: Path | None = None) -> str:
+    """'applies' (clean), 'applied' (already patched) or 'conflict' for the SGLang tree in site_packages."""
+    root = Path(site_packages)
+    states = set()
+    for fp in parse((patch or patch_file()).read_text()):
+        target = root / fp.path
+        if not target.is_file():
+            return "conflict"
+        lines = _read_lines(target)
+        if _apply_hunks(lines, fp.hunks) is not None:
+            states.add("applies")
+        elif _apply_hunks(lines, fp.hunks, reverse=True) is not None:
+            states.add("applied")
+        else:
+            return "conflict"
+    return states.pop() if len(states) == 1 else "conflict"
+
+
+def apply(site_packages: str | Path, patch: Path | None = None) -> list[Path]:
+    """Apply the patch to the SGLang tree under site_packages (patch -p1 there); all or nothing.
+
+    Raises PatchError unless every hunk applies exactly; an already patched tree is left as is.
+    """
+    root = Path(site_packages)
+    patch = patch or patch_file()
+    state = check(root, patch)
+    if state == "applied":
+        return []
+    if state != "applies":
+        raise PatchError(f"{patch.name} does not apply cleanly to {root} (is it SGLang's pinned version?)")
+    written = []
+    for fp in parse(patch.read_text()):
+        target = root / fp.path
+        new = _apply_hunks(_read_lines(target), fp.hunks)
+        assert new is not None
+        target.write_text("\n".join(new) + "\n")
+        written.append(target)
+    for target in written:  # stale bytecode would hide the change
+        cache = target.parent / "__pycache__"
+        for pyc in cache.glob(target.stem + ".*.pyc") if cache.is_dir() else []:
+            pyc.unlink()
+    return written
+
+
+def site_packages_of_sglang() -> Path:
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        raise PatchError("sglang is not installed here")
+    return Path(list(spec.submodule_search_locations)[0]).parent
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What the patched SGLang actually calls.
+
+
+def resolve(instantiate: bool = True) -> dict[str, str]:
+    """Phase -> module of the callable SGLang's Helion adapter uses, under the current environment.
+
+    Imports SGLang's adapter (patched or not) in this process; with instantiate, builds the adapter the
+    way SGLang's dispatcher does and reads the callables it holds. Keys: decode, verify, prefill,
+    kernels ("kdakit", "upstream" or "unpatched").
+    """
+    adapter = importlib.import_module(ADAPTER_MODULE)
+    modules = getattr(adapter, "KDAKIT_HELION_MODULES", None)
+    result = {"kernels": selected_kernels() if modules is not None else "unpatched"}
+    modules = modules or dict(UPSTREAM_MODULES)
+    if instantiate:
+        kernel = adapter.HelionKDAKernel(enable_decode=True, enable_prefill=True)
+        result["decode"] = kernel._packed_decode.__module__
+        result["prefill"] = kernel._chunk_kda.__module__
+    else:
+        result["decode"] = modules["decode"]
+        result["prefill"] = modules["prefill"]
+    # Verify is imported lazily inside target_verify; import it the same way here.
+    verify = getattr(importlib.import_module(modules["verify"]), ENTRY_POINTS["verify"])
+    result["verify"] = verify.__module__
+    return result
