@@ -11,6 +11,9 @@ from kdakit.errors import UsageError
 # Modules exposing `register(subparsers)`. Each adds one subcommand and sets `func` on its parser.
 COMMAND_MODULES = [
     "kdakit.pins",
+    "kdakit.plan",
+    "kdakit.serve",
+    "kdakit.sglang_args",
     "kdakit.preflight",
     "kdakit.health",
 ]
@@ -24,9 +27,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _join_set_values(argv: list[str]) -> list[str]:
+    """`--set --flag=1` -> `--set=--flag=1`: argparse would take `--flag=1` for an option of ours."""
+    out, it = [], iter(argv)
+    for token in it:
+        if token in ("--set", "--unset"):
+            value = next(it, None)
+            out.append(token if value is None else f"{token}={value}")
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_set_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:

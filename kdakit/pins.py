@@ -14,6 +14,8 @@ from kdakit.errors import UsageError
 PINS_FILE = Path(__file__).with_name("pins.toml")  # a link to the repo root's pins.toml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VERSION = r"[0-9][0-9A-Za-z.+\-]*"
+_START = r"(?<![A-Za-z0-9.-])"  # `kdakit_torch_version` counts, `libtorch==` does not
+SKIPPED_DIRS = {"tests"}  # tests plant other versions on purpose
 IGNORE_MARK = "pins: ignore"  # a line carrying this text is not checked (e.g. notes about other machines)
 
 
@@ -43,7 +45,9 @@ class Mismatch:
     found: str
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.pin} is {self.found!r} here but {self.expected!r} in pins.toml"
+        return (
+            f"{self.path}:{self.line}: {self.pin} is {self.found!r} here but {self.expected!r} in pins.toml"
+        )
 
 
 def _spellings(name: str) -> str:
@@ -58,31 +62,57 @@ def _rules(pins: dict) -> list[tuple[str, re.Pattern, str]]:
     for name, version in pins["packages"].items():
         n = _spellings(name)
         for pattern in (
-            rf"(?<![\w.-]){n}(\[[^\]]*\])?==(?P<v>{VERSION})",  # pip requirement
-            rf"(?i)(?<![\w.-]){n}[-_]version\s*[:=]\s*[\"']?(?P<v>{VERSION})",  # ARG/YAML/env
+            rf"{_START}{n}(\[[^\]]*\])?==(?P<v>{VERSION})",  # pip requirement
+            rf"(?i){_START}{n}[-_]version\s*[:=]\s*[\"']?(?P<v>{VERSION})",  # ARG/YAML/env
             rf"^\|\s*`?{n}`?\s*\|\s*`?(?P<v>{VERSION})`?\s*\|",  # README table row
         ):
             rules.append((f"packages.{name}", re.compile(pattern, re.M), version))
     cuda, image = pins["cuda"], pins["image"]
     rules += [
-        ("cuda.version", re.compile(rf"(?i)\bcuda[-_]version\s*[:=]\s*[\"']?(?P<v>{VERSION})"), cuda["version"]),
+        (
+            "cuda.version",
+            re.compile(rf"(?i){_START}cuda[-_]version\s*[:=]\s*[\"']?(?P<v>{VERSION})"),
+            cuda["version"],
+        ),
         ("cuda.torch_index", re.compile(r"download\.pytorch\.org/whl/(?P<v>cu\d+)"), cuda["torch_index"]),
-        ("cuda.min_driver", re.compile(r"(?i)\bmin[-_]driver(?:[-_]version)?\s*[:=]\s*[\"']?(?P<v>\d+)"),
-         str(cuda["min_driver"])),
-        ("image.base", re.compile(r"(?i)\bbase[-_]image\s*[:=]\s*[\"']?(?P<v>[\w./-]+:[\w.-]+(?:@sha256:\w+)?)"),
-         image["base"]),
+        (
+            "cuda.min_driver",
+            re.compile(r"(?i)" + _START + r"min[-_]driver(?:[-_]version)?\s*[:=]\s*[\"']?(?P<v>\d+)"),
+            str(cuda["min_driver"]),
+        ),
+        (
+            "image.base",
+            re.compile(
+                r"(?i)" + _START + r"base[-_]image\s*[:=]\s*[\"']?(?P<v>[\w./-]+:[\w.-]+(?:@sha256:\w+)?)"
+            ),
+            image["base"],
+        ),
     ]
     return rules
 
 
 def _repo_files(root: Path) -> list[Path]:
     try:
-        out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root,
-                             capture_output=True, text=True, check=True).stdout.split()
+        out = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
         files = [root / p for p in out]
     except (OSError, subprocess.CalledProcessError):
-        files = [p for p in root.rglob("*") if p.is_file() and ".venv" not in p.parts and ".git" not in p.parts]
-    return [p for p in files if p.is_file() and not p.is_symlink() and p.name != "pins.toml"]
+        files = [
+            p for p in root.rglob("*") if p.is_file() and ".venv" not in p.parts and ".git" not in p.parts
+        ]
+    return [
+        p
+        for p in files
+        if p.is_file()
+        and not p.is_symlink()
+        and p.name != "pins.toml"
+        and p.relative_to(root).parts[0] not in SKIPPED_DIRS
+    ]
 
 
 def check(root: Path = REPO_ROOT, pins: dict | None = None) -> list[Mismatch]:

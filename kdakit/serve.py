@@ -1,0 +1,80 @@
+"""`kdakit serve` (inside the image): render the plan, record it for provenance, then exec SGLang."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kdakit import __version__, pins
+from kdakit.errors import UsageError
+from kdakit.plan import Plan, add_plan_arguments, plan_from_args
+
+COMMAND_FILE = "server-command.json"
+
+
+def check_with_live_parser(plan: Plan) -> bool:
+    """Parse the argv with the installed SGLang's own parser (also checks custom value types).
+
+    Returns False when SGLang is not importable here (the snapshot check in `plan` still ran)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from sglang.srt.server_args import ServerArgs
+    except Exception:  # noqa: BLE001 - any import failure means: no live SGLang here
+        return False
+    parser = argparse.ArgumentParser(prog="sglang serve", add_help=False, exit_on_error=False)
+    ServerArgs.add_cli_args(parser)
+    try:
+        parser.parse_args(plan.argv[2:])
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise UsageError(f"SGLang's own parser rejects the command: {exc}") from None
+    return True
+
+
+def write_record(plan: Plan, results: Path) -> Path:
+    results.mkdir(parents=True, exist_ok=True)
+    record = {
+        **plan.as_dict(),
+        "kdakit_version": __version__,
+        "pins": pins.load(),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "image_id": os.environ.get("KDAKIT_IMAGE_ID"),
+    }
+    path = results / COMMAND_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def _run(args) -> int:
+    plan = plan_from_args(args)
+    live = check_with_live_parser(plan)
+    path = write_record(plan, Path(args.results))
+    print(
+        f"kdakit serve: {plan.sku}/{plan.arm}; command recorded in {path}"
+        f"{'' if live else ' (SGLang not importable here: validated against the snapshot only)'}",
+        file=sys.stderr,
+        flush=True,
+    )
+    if args.dry_run:
+        print(plan.text())
+        return 0
+    if shutil.which(plan.argv[0]) is None:
+        raise UsageError(f"{plan.argv[0]!r} is not on PATH: run `kdakit serve` inside the kdakit image")
+    os.execvpe(plan.argv[0], plan.argv, {**os.environ, **plan.env})
+    return 0  # not reached
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="inside the image: record the launch, then exec `sglang serve`")
+    add_plan_arguments(p)
+    p.add_argument("--results", required=True, help="run folder that receives server-command.json")
+    p.add_argument("--dry-run", action="store_true", help="record and print, but do not start SGLang")
+    p.set_defaults(func=_run)
