@@ -1,0 +1,71 @@
+# kdakit: `make help` lists every target and its variables.
+# Area targets live beside their code (images/images.mk, playbooks/playbooks.mk, kernels/kernels.mk, ...)
+# and are included below.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+KDAKIT := $(VENV)/bin/kdakit
+WHEELS ?= .cache/wheels
+# Read a pin from pins.toml (the one source of truth), e.g. $(call pin,packages,sglang)
+pin = $(shell $(PYTHON) -c 'import tomllib;print(tomllib.load(open("pins.toml","rb"))["$(1)"]["$(2)"])')
+SGLANG_VERSION := $(call pin,packages,sglang)
+EXTRAS ?= dev,kernels,eval,controller,sglang-cli
+
+SKU ?= h200
+ARM ?= helion
+SET ?=
+PYTEST_ARGS ?=
+
+.PHONY: help setup test test-gpu lint pins pins-check plan sglang-args clean
+
+help: ## List every target with its variables
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' \
+		$(MAKEFILE_LIST) | sort -u
+
+setup: $(VENV)/.setup-done ## Create .venv with kdakit, the controller tools and test deps at pinned versions. Vars: PYTHON=python3 EXTRAS=...
+
+$(VENV)/.setup-done: pyproject.toml pins.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -e ".[$(EXTRAS)]"
+	@# SGLang's wheel without its GPU stack: enough for its argument parser and benchmark client.
+	$(PY) -m pip download -q --no-deps -d $(WHEELS) sglang==$(SGLANG_VERSION)
+	$(PY) -m pip install -q --no-deps $(WHEELS)/sglang-$(SGLANG_VERSION)-*.whl
+	touch $@
+
+test: setup ## Run the CPU test suite (everything not marked gpu). Vars: PYTEST_ARGS=
+	$(PY) -m pytest -m "not gpu" $(PYTEST_ARGS)
+
+test-gpu: setup ## Run the GPU tests (needs an NVIDIA GPU). Vars: PYTEST_ARGS=
+	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
+
+lint: setup ## ruff, plus every area's lint-* target (hadolint, yamllint, ansible-lint --offline)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(KDAKIT) pins --check
+	@for t in $(LINT_TARGETS); do $(MAKE) --no-print-directory $$t; done
+
+pins: setup ## Print the pinned versions
+	$(KDAKIT) pins
+
+pins-check: setup ## Fail when any file states a version other than pins.toml's
+	$(KDAKIT) pins --check
+
+plan: setup ## Print the exact sglang serve command and container env. Vars: SKU=h200 ARM=helion SET="--flag=value ..."
+	$(KDAKIT) plan --sku $(SKU) --arm $(ARM) $(foreach s,$(SET),--set=$(s))
+
+sglang-args: setup ## Regenerate the snapshot of SGLang's server arguments from the pinned wheel
+	$(KDAKIT) sglang-args --write
+
+clean: ## Remove the venv and caches (results/ is kept)
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache *.egg-info
+
+AREA_MAKEFILES := $(sort $(wildcard */*.mk))
+# Every `lint-*` target an area defines runs under `make lint`.
+LINT_TARGETS := $(shell sed -n 's/^\(lint-[a-z0-9-]*\):.*/\1/p' $(AREA_MAKEFILES) /dev/null)
+-include $(AREA_MAKEFILES)
