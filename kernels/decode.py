@@ -1,0 +1,275 @@
+"""kdakit's Helion packed KDA decode: one new token per request, state pool updated in place.
+
+Shapes (B requests, H query/key heads, HV value heads, HV % H == 0, K and V powers of two):
+    mixed_qkv          [B, 2*H*K + HV*V]   q | k | v of the new token, packed as after the short conv
+    a                  [B, HV*K]           raw forget gate
+    b                  [B, HV]             raw beta logits (sigmoid applied here)
+    A_log [HV], dt_bias [HV*K]             gate parameters
+    initial_state      [slots, HV, V, K]   fp32 / bf16 / fp16 pool, V-first as in SGLang, updated in place
+    out                [B, 1, HV, V]       written in place
+    ssm_state_indices  [B]                 pool slot per request; negative = padding (zero output, no access)
+
+Design: one program per (request, value head, V tile). It holds its [block_v, K] slice of the state in
+registers with the whole key dimension, so the two K-reductions (k.S and q.S) stay inside the program and the
+state crosses HBM exactly once each way. Everything that does not depend on the slot (q, k, v, gate, beta) is
+loaded unconditionally and the state access is masked instead of branched, so those loads overlap the slot
+index load. Math is fp32 with exp2.
+
+The math and the check against the fp64 reference are in `kdakit.kernels.reference.packed_decode_reference`;
+run `python -m kdakit.kernels.decode` for a quick self-check (GPU, or CPU with TRITON_INTERPRET=1).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import helion
+import helion.language as hl
+import torch
+
+_LOG2E = 1.4426950408889634
+
+# Fixed configs (never autotuned at run time). Keyed by state dtype; a later issue ships per-SKU configs,
+# so these are plain module-level values that `set_decode_config` can replace.
+DECODE_CONFIGS: dict[str, helion.Config] = {
+    "fp32": helion.Config(block_sizes=[16], num_warps=2, num_stages=1, indexing="pointer", pid_type="flat"),
+    "bf16": helion.Config(block_sizes=[32], num_warps=2, num_stages=1, indexing="pointer", pid_type="flat"),
+}
+
+
+def _packed_decode(
+    mixed_qkv: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    scale: float,
+    lower_bound: float,
+    state: torch.Tensor,
+    out: torch.Tensor,
+    slots: torch.Tensor,
+    use_qk_l2norm: hl.constexpr,
+    bounded_gate: hl.constexpr,
+) -> torch.Tensor:
+    B = mixed_qkv.size(0)
+    HV = hl.specialize(state.size(1))
+    V = hl.specialize(state.size(2))
+    K = hl.specialize(state.size(3))
+    H = hl.specialize((mixed_qkv.size(1) - HV * V) // (2 * K))
+    # Baking the strides in gives compile-time address arithmetic (wide, coalesced state accesses).
+    hl.specialize(
+        (
+            mixed_qkv.stride(0),
+            mixed_qkv.stride(1),
+            a.stride(0),
+            a.stride(1),
+            b.stride(0),
+            b.stride(1),
+            A_log.stride(0),
+            dt_bias.stride(0),
+            state.stride(0),
+            state.stride(1),
+            state.stride(2),
+            state.stride(3),
+            out.stride(0),
+            out.stride(1),
+            out.stride(2),
+            out.stride(3),
+            slots.stride(0),
+        )
+    )
+    block_v = hl.register_block_size(1, V)
+    for tile_b, tile_hv, tile_v in hl.tile([B, HV, V], block_size=[1, 1, block_v]):
+        i_b = tile_b.id
+        hv = tile_hv.id
+        h = hv // (HV // H)
+        keys = hl.arange(K)
+
+        slot = slots[i_b].to(torch.int64)
+        valid = slot >= 0
+
+        q = mixed_qkv[i_b, h * K + keys].to(torch.float32)
+        k = mixed_qkv[i_b, H * K + h * K + keys].to(torch.float32)
+        v = mixed_qkv[i_b, 2 * H * K + hv * V + tile_v.index].to(torch.float32)
+        x = a[i_b, hv * K + keys].to(torch.float32) + dt_bias[hv * K + keys].to(torch.float32)
+        decay_rate = torch.exp2(A_log[hv].to(torch.float32) * _LOG2E)
+        if bounded_gate:
+            log_decay = lower_bound * torch.sigmoid(decay_rate * x)
+        else:
+            softplus = torch.where(x <= 20.0, torch.log(1.0 + torch.exp2(x * _LOG2E)), x)
+            log_decay = -decay_rate * softplus
+        beta = torch.sigmoid(b[i_b, hv].to(torch.float32))
+        if use_qk_l2norm:
+            q = q * torch.rsqrt((q * q).sum() + 1e-6)
+            k = k * torch.rsqrt((k * k).sum() + 1e-6)
+
+        s = hl.load(state, [slot, hv, tile_v.index, keys], extra_mask=valid).to(torch.float32)
+        s = s * torch.exp2(log_decay * _LOG2E)[None, :]
+        residual = (v - (s * k[None, :]).sum(-1)) * beta
+        s = s + residual[:, None] * k[None, :]
+        o = (s * (q * scale)[None, :]).sum(-1)
+
+        out[i_b, 0, hv, tile_v] = torch.where(valid, o, 0.0).to(out.dtype)
+        hl.store(state, [slot, hv, tile_v.index, keys], s.to(state.dtype), extra_mask=valid)
+    return out
+
+
+@functools.cache
+def make_decode_kernel(config: helion.Config) -> helion.Kernel:
+    """A Helion kernel for one fixed config (cached; used by the wrapper and by tuning scripts)."""
+    return helion.kernel(_packed_decode, static_shapes=False, config=config)
+
+
+def set_decode_config(state_dtype: str, config: helion.Config) -> None:
+    """Replace the shipped config for a state dtype ("fp32" or "bf16")."""
+    DECODE_CONFIGS[state_dtype] = config
+
+
+def _config_for(state: torch.Tensor) -> helion.Config:
+    return DECODE_CONFIGS["bf16" if state.dtype == torch.bfloat16 else "fp32"]
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _check_runnable_device(device: torch.device) -> None:
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        raise ValueError(
+            f"Helion KDA kernels need a CUDA device (got {device}); on CPU set TRITON_INTERPRET=1"
+        )
+
+
+def validate_decode_inputs(mixed_qkv, a, b, A_log, dt_bias, initial_state, out, ssm_state_indices):
+    """Check shapes, dtypes, layouts and devices; return (B, H, HV, K, V). Raises ValueError."""
+    tensors = {
+        "mixed_qkv": mixed_qkv,
+        "a": a,
+        "b": b,
+        "A_log": A_log,
+        "dt_bias": dt_bias,
+        "initial_state": initial_state,
+        "out": out,
+        "ssm_state_indices": ssm_state_indices,
+    }
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"`{name}` must be a tensor (got {type(t).__name__})")
+    device = mixed_qkv.device
+    for name, t in tensors.items():
+        if t.device != device:
+            raise ValueError(
+                f"all inputs must be on one device: `{name}` is on {t.device}, mixed_qkv on {device}"
+            )
+    _check_runnable_device(device)
+    if mixed_qkv.ndim != 2 or a.ndim != 2 or b.ndim != 2:
+        raise ValueError(
+            f"`mixed_qkv`, `a` and `b` must be 2-D (got ndim {mixed_qkv.ndim}, {a.ndim}, {b.ndim})"
+        )
+    if initial_state.ndim != 4:
+        raise ValueError(
+            f"`initial_state` must be [slots, HV, V, K] (got shape {tuple(initial_state.shape)})"
+        )
+    if ssm_state_indices.ndim != 1 or ssm_state_indices.dtype not in (torch.int32, torch.int64):
+        raise ValueError("`ssm_state_indices` must be a 1-D int32/int64 tensor")
+    if initial_state.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"`initial_state` must be fp32, bf16 or fp16 (got {initial_state.dtype})")
+    for name in ("mixed_qkv", "a", "b", "initial_state"):
+        if tensors[name].stride(-1) != 1:
+            raise ValueError(f"`{name}` must be contiguous in its last dim")
+    if not A_log.is_contiguous() or not dt_bias.is_contiguous():
+        raise ValueError("`A_log` and `dt_bias` must be contiguous")
+    if not out.is_contiguous():
+        raise ValueError("`out` must be contiguous")
+    _, HV, V, K = initial_state.shape
+    if not (_is_power_of_two(K) and _is_power_of_two(V)):
+        raise ValueError(f"Helion KDA decode needs power-of-two head dims (got K={K}, V={V})")
+    B = mixed_qkv.shape[0]
+    if a.shape[0] != B or b.shape[0] != B or ssm_state_indices.shape[0] != B:
+        raise ValueError(
+            f"batch mismatch: mixed_qkv {B}, a {a.shape[0]}, b {b.shape[0]}, "
+            f"indices {ssm_state_indices.shape[0]}"
+        )
+    if tuple(a.shape) != (B, HV * K):
+        raise ValueError(f"`a` must be [B, HV*K] = {(B, HV * K)} (got {tuple(a.shape)})")
+    if tuple(b.shape) != (B, HV):
+        raise ValueError(f"`b` must be [B, HV] = {(B, HV)} (got {tuple(b.shape)})")
+    if A_log.numel() != HV or dt_bias.numel() != HV * K:
+        raise ValueError(
+            f"`A_log` needs {HV} and `dt_bias` {HV * K} elements (got {A_log.numel()}, {dt_bias.numel()})"
+        )
+    if tuple(out.shape) != (B, 1, HV, V):
+        raise ValueError(f"`out` must be [B, 1, HV, V] = {(B, 1, HV, V)} (got {tuple(out.shape)})")
+    qk = mixed_qkv.shape[1] - HV * V
+    if qk <= 0 or qk % (2 * K):
+        raise ValueError(
+            f"`mixed_qkv` width {mixed_qkv.shape[1]} is not 2*H*K + HV*V for HV={HV}, K={K}, V={V}"
+        )
+    H = qk // (2 * K)
+    if HV % H:
+        raise ValueError(f"value heads HV={HV} must be a multiple of query heads H={H}")
+    return B, H, HV, K, V
+
+
+def helion_fused_recurrent_kda_packed_decode(
+    mixed_qkv: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    scale: float,
+    initial_state: torch.Tensor,
+    out: torch.Tensor,
+    ssm_state_indices: torch.Tensor,
+    use_qk_l2norm_in_kernel: bool = False,
+    lower_bound: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Packed KDA decode with SGLang 0.5.23's contract; returns the caller's (out, initial_state)."""
+    validate_decode_inputs(mixed_qkv, a, b, A_log, dt_bias, initial_state, out, ssm_state_indices)
+    kernel = make_decode_kernel(_config_for(initial_state))
+    kernel(
+        mixed_qkv,
+        a,
+        b,
+        A_log,
+        dt_bias,
+        float(scale),
+        0.0 if lower_bound is None else float(lower_bound),
+        initial_state,
+        out,
+        ssm_state_indices,
+        bool(use_qk_l2norm_in_kernel),
+        lower_bound is not None,
+    )
+    return out, initial_state
+
+
+def _self_check() -> None:
+    from kdakit.kernels.reference import packed_decode_reference
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    B, H, HV, K, V, slots = 3, 2, 4, 32, 32, 6
+    gen = torch.Generator().manual_seed(0)
+    mixed = torch.randn(B, 2 * H * K + HV * V, generator=gen).to(device, torch.bfloat16)
+    a = torch.randn(B, HV * K, generator=gen).to(device, torch.bfloat16)
+    b = torch.randn(B, HV, generator=gen).to(device, torch.bfloat16)
+    A_log = torch.randn(HV, generator=gen).to(device)
+    dt_bias = torch.randn(HV * K, generator=gen).to(device)
+    pool = torch.randn(slots, HV, V, K, generator=gen).to(device)
+    idx = torch.tensor([4, -1, 1], device=device, dtype=torch.int32)
+    ref_out, ref_pool = packed_decode_reference(
+        mixed.cpu(), a.cpu(), b.cpu(), A_log.cpu(), dt_bias.cpu(), K**-0.5, pool.cpu(), idx.cpu(), True, -5.0
+    )
+    out = torch.empty(B, 1, HV, V, device=device, dtype=torch.bfloat16)
+    helion_fused_recurrent_kda_packed_decode(mixed, a, b, A_log, dt_bias, K**-0.5, pool, out, idx, True, -5.0)
+    print("out err", (out.double().cpu() - ref_out).abs().max().item())
+    print("state err", (pool.double().cpu() - ref_pool).abs().max().item())
+
+
+if __name__ == "__main__":
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        from kdakit.kernels import interpret
+
+        interpret.install()
+    _self_check()

@@ -1,0 +1,248 @@
+"""kdakit's Helion KDA verify for speculative decoding (MTP): per-candidate snapshots, pool read-only.
+
+Shapes (N requests packed into T tokens, H query/key heads, HV value heads, K and V powers of two):
+    q, k                        [1, T, H, K]
+    v                           [1, T, HV, V]
+    a                           [T, HV*K] (any shape with T*HV*K elements)   raw forget gate
+    b                           [T, HV]   (any shape with T*HV elements)     raw beta logits
+    A_log [HV], dt_bias [HV*K]
+    ssm_states                  [slots, HV, V, K]  committed pool, only read
+    cache_indices               [N]   pool slot per request (negative: start from a zero state)
+    query_start_loc             [N+1] token offsets of the requests
+    intermediate_states_buffer  [rows, >= cache_steps, HV, V, K]  snapshots[row, step] = state after step
+    intermediate_state_indices  [N]   snapshot row per request (negative: CUDA Graph padding, nothing stored)
+    retrieve_parent_token       [N, >= steps] or None: tree verification, step s > 0 starts from the
+                                snapshot of step parent[n, s]; None is chain verification (one fp32
+                                accumulator carried across the candidates)
+Returns out [1, T, HV, V] in v's dtype; q and k are L2-normalized and scale = K**-0.5.
+
+Design: one program per (request, value head, V tile), the [block_v, K] state slice stays in fp32 registers
+across all of the request's candidates; each step stores one contiguous snapshot tile (the kernel is
+write-bound: steps x state per request). Token rows no request covers are zero-filled by the last request's
+programs, so no separate memset launch is needed. Reference: `kdakit.kernels.reference.verify_reference`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import helion
+import helion.language as hl
+import torch
+from kdakit.kernels.decode import _check_runnable_device, _is_power_of_two
+
+_LOG2E = 1.4426950408889634
+
+# Fixed configs (no run-time autotuning); replace with `set_verify_config`.
+VERIFY_CONFIGS: dict[str, helion.Config] = {
+    "chain": helion.Config(block_sizes=[16], num_warps=2, num_stages=1, indexing="pointer", pid_type="flat"),
+    "tree": helion.Config(block_sizes=[16], num_warps=2, num_stages=1, indexing="pointer", pid_type="flat"),
+}
+
+
+def _verify(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    pool: torch.Tensor,
+    slots: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    snapshots: torch.Tensor,
+    rows: torch.Tensor,
+    parents: torch.Tensor | None,
+    out: torch.Tensor,
+    total_tokens: int,
+    lower_bound: float,
+    bounded_gate: hl.constexpr,
+) -> torch.Tensor:
+    N = slots.size(0)
+    H = hl.specialize(q.size(1))
+    HV = hl.specialize(v.size(1))
+    K = hl.specialize(q.size(2))
+    V = hl.specialize(v.size(2))
+    hl.specialize(
+        (
+            q.stride(0),
+            q.stride(1),
+            q.stride(2),
+            k.stride(0),
+            k.stride(1),
+            k.stride(2),
+            v.stride(0),
+            v.stride(1),
+            v.stride(2),
+            a.stride(0),
+            a.stride(1),
+            a.stride(2),
+            b.stride(0),
+            b.stride(1),
+            dt_bias.stride(0),
+            dt_bias.stride(1),
+            pool.stride(1),
+            pool.stride(2),
+            pool.stride(3),
+            snapshots.stride(1),
+            snapshots.stride(2),
+            snapshots.stride(3),
+            snapshots.stride(4),
+            out.stride(0),
+            out.stride(1),
+            out.stride(2),
+        )
+    )
+    scale = K**-0.5
+    block_v = hl.register_block_size(1, V)
+    for tile_n, tile_hv, tile_v in hl.tile([N, HV, V], block_size=[1, 1, block_v]):
+        n = tile_n.id
+        hv = tile_hv.id
+        h = hv // (HV // H)
+        keys = hl.arange(K)
+        slot = slots[n].to(torch.int64)
+        row = rows[n].to(torch.int64)
+        start = cu_seqlens[n].to(torch.int64)
+        end = cu_seqlens[n + 1].to(torch.int64)
+        store_snapshots = row >= 0
+        decay_rate = torch.exp2(A_log[hv].to(torch.float32) * _LOG2E)
+        bias = dt_bias[hv, keys].to(torch.float32)
+        state = hl.load(pool, [slot, hv, tile_v.index, keys], extra_mask=slot >= 0).to(torch.float32)
+        for token in range(start, end):
+            step = token - start
+            if parents is not None:
+                from_parent = (step > 0) & store_snapshots
+                parent = hl.load(parents, [n, step], extra_mask=from_parent).to(torch.int64)
+                parent_state = hl.load(
+                    snapshots, [row, parent, hv, tile_v.index, keys], extra_mask=from_parent
+                ).to(torch.float32)
+                state = torch.where(from_parent, parent_state, state)
+            x = a[token, hv, keys].to(torch.float32) + bias
+            if bounded_gate:
+                log_decay = lower_bound * torch.sigmoid(decay_rate * x)
+            else:
+                softplus = torch.where(x <= 20.0, torch.log(1.0 + torch.exp2(x * _LOG2E)), x)
+                log_decay = -decay_rate * softplus
+            beta = torch.sigmoid(b[token, hv].to(torch.float32))
+            qt = q[token, h, keys].to(torch.float32)
+            kt = k[token, h, keys].to(torch.float32)
+            qt = qt * (torch.rsqrt((qt * qt).sum() + 1e-6) * scale)
+            kt = kt * torch.rsqrt((kt * kt).sum() + 1e-6)
+            vt = v[token, hv, tile_v].to(torch.float32)
+            state = state * torch.exp2(log_decay * _LOG2E)[None, :]
+            residual = (vt - (state * kt[None, :]).sum(-1)) * beta
+            state = state + residual[:, None] * kt[None, :]
+            out[token, hv, tile_v] = (state * qt[None, :]).sum(-1).to(out.dtype)
+            hl.store(
+                snapshots,
+                [row, step, hv, tile_v.index, keys],
+                state.to(snapshots.dtype),
+                extra_mask=store_snapshots,
+            )
+        if n == N - 1:
+            # rows past the last request (bucket padding) get the zeros SGLang's contract promises
+            for pad_token in range(end, total_tokens):
+                out[pad_token, hv, tile_v] = hl.zeros([tile_v], dtype=out.dtype)
+    return out
+
+
+@functools.cache
+def make_verify_kernel(config: helion.Config) -> helion.Kernel:
+    """A Helion kernel for one fixed config (cached; used by the wrapper and by tuning scripts)."""
+    return helion.kernel(_verify, static_shapes=False, config=config)
+
+
+def set_verify_config(mode: str, config: helion.Config) -> None:
+    """Replace the shipped config for "chain" or "tree" verification."""
+    VERIFY_CONFIGS[mode] = config
+
+
+def _new_output(v: torch.Tensor) -> torch.Tensor:
+    # every element is written by the kernel (candidates, then zero-filled padding rows)
+    return torch.empty_like(v)
+
+
+def helion_kda_verify(
+    *,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    ssm_states: torch.Tensor,
+    cache_indices: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    intermediate_states_buffer: torch.Tensor,
+    intermediate_state_indices: torch.Tensor,
+    cache_steps: int,
+    retrieve_parent_token: torch.Tensor | None = None,
+    lower_bound: float | None = None,
+) -> torch.Tensor:
+    """Verify packed candidate tokens without mutating `ssm_states` (SGLang 0.5.23's contract)."""
+    if q.ndim != 4 or q.shape[0] != 1:
+        raise ValueError("Helion KDA verify expects packed [1, T, H, K] inputs")
+    _, T, H, K = q.shape
+    if k.shape != q.shape or v.ndim != 4 or v.shape[:2] != q.shape[:2] or v.shape[2] % H:
+        raise ValueError("Inconsistent Helion KDA verify query/key head layout")
+    HV, V = v.shape[2:]
+    if intermediate_states_buffer is None or cache_steps is None or cache_steps <= 0:
+        raise ValueError("Helion KDA verify requires per-candidate state snapshots")
+    if intermediate_states_buffer.ndim != 5 or tuple(intermediate_states_buffer.shape[2:]) != (HV, V, K):
+        raise ValueError(
+            f"Helion KDA verify snapshots must be [rows, steps, {HV}, {V}, {K}] "
+            f"(got {tuple(intermediate_states_buffer.shape)})"
+        )
+    if intermediate_states_buffer.shape[1] < cache_steps:
+        raise ValueError("Helion KDA verify snapshot capacity is smaller than cache_steps")
+    if not (_is_power_of_two(K) and _is_power_of_two(V)):
+        raise ValueError(f"Helion KDA verify needs power-of-two head dims (got K={K}, V={V})")
+    if ssm_states.ndim != 4 or tuple(ssm_states.shape[1:]) != (HV, V, K):
+        raise ValueError(f"`ssm_states` must be [slots, {HV}, {V}, {K}] (got {tuple(ssm_states.shape)})")
+    if a.numel() != T * HV * K or b.numel() != T * HV:
+        raise ValueError(f"`a` must hold T*HV*K = {T * HV * K} and `b` T*HV = {T * HV} elements")
+    if A_log.numel() != HV or dt_bias.numel() != HV * K:
+        raise ValueError(f"`A_log` needs {HV} and `dt_bias` {HV * K} elements")
+    N = cache_indices.shape[0]
+    if query_start_loc.shape != (N + 1,) or intermediate_state_indices.shape != (N,):
+        raise ValueError("`query_start_loc` must be [N+1] and `intermediate_state_indices` [N]")
+    if retrieve_parent_token is not None and (
+        retrieve_parent_token.ndim != 2 or retrieve_parent_token.shape[0] != N
+    ):
+        raise ValueError("`retrieve_parent_token` must be [N, steps]")
+    device = q.device
+    others = [k, v, a, b, A_log, dt_bias, ssm_states, cache_indices, query_start_loc]
+    others += [intermediate_states_buffer, intermediate_state_indices]
+    if retrieve_parent_token is not None:
+        others.append(retrieve_parent_token)
+    if any(t.device != device for t in others):
+        raise ValueError("All Helion KDA verify inputs must be on the same device")
+    _check_runnable_device(device)
+    if ssm_states.stride(-1) != 1 or intermediate_states_buffer.stride(-1) != 1:
+        raise ValueError("`ssm_states` and the snapshot buffer must be contiguous in their last dim")
+
+    out = _new_output(v)
+    mode = "chain" if retrieve_parent_token is None else "tree"
+    kernel = make_verify_kernel(VERIFY_CONFIGS[mode])
+    kernel(
+        q[0],
+        k[0],
+        v[0],
+        a.reshape(T, HV, K),
+        b.reshape(T, HV),
+        A_log.reshape(HV),
+        dt_bias.reshape(HV, K),
+        ssm_states,
+        cache_indices,
+        query_start_loc,
+        intermediate_states_buffer,
+        intermediate_state_indices,
+        retrieve_parent_token,
+        out[0],
+        T,
+        0.0 if lower_bound is None else float(lower_bound),
+        lower_bound is not None,
+    )
+    return out
