@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "kdakit.sglang_args",
     "kdakit.preflight",
     "kdakit.health",
+    "kdakit.evals.gsm8k",
 ]
 
 

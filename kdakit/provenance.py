@@ -66,9 +66,12 @@ def sku_from_gpus(gpus: list[str]) -> str:
 
 
 def server_command(run_dir: Path | str | None) -> dict | None:
+    """{argv, env} from server-command.json (run_dir: that file, or the folder holding it)."""
     if run_dir is None:
         return None
-    path = Path(run_dir) / SERVER_COMMAND_FILE
+    path = Path(run_dir)
+    if path.is_dir():
+        path = path / SERVER_COMMAND_FILE
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):

@@ -1,0 +1,128 @@
+"""Who and where a measurement ran (run id, host, SKU, arm) and what the server says about itself.
+
+Shared by `kdakit eval` and `kdakit bench`: the same flags, the same environment fallbacks (set by the
+playbooks: KDAKIT_RUN_ID, KDAKIT_HOST, KDAKIT_SKU, KDAKIT_ARM), the same result folder layout
+results/<run-id>/<host>/<kind>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kdakit import provenance
+from kdakit.errors import UsageError
+
+ARMS = ("triton", "helion", "unknown")
+KDA_BACKEND_ARGS = ("linear_attn_prefill_backend", "linear_attn_decode_backend", "linear_attn_verify_backend")
+
+
+def add_record_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("record (defaults from KDAKIT_* environment, then detection)")
+    g.add_argument("--run-id", default=None, help="default: $KDAKIT_RUN_ID, else a UTC timestamp")
+    g.add_argument("--host", dest="host_name", default=None, help="default: $KDAKIT_HOST, else hostname")
+    g.add_argument("--sku", default=None, help="default: $KDAKIT_SKU, else from nvidia-smi, else 'unknown'")
+    g.add_argument(
+        "--arm", choices=ARMS, default=None, help="default: $KDAKIT_ARM, else the server's KDA flags"
+    )
+    g.add_argument("--out", default=None, help="result folder (default: results/<run-id>/<host>/<kind>)")
+    g.add_argument(
+        "--server-command",
+        default=None,
+        help="server-command.json written by `kdakit serve` (default: looked up in --out and its parents)",
+    )
+
+
+def normalize_base_url(url: str) -> str:
+    """Server root, whatever the user pasted: http://h:30000, http://h:30000/v1, .../v1/chat/completions."""
+    url = url.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise UsageError(f"--base-url must start with http:// or https://, got {url!r}")
+    for suffix in ("/v1/chat/completions", "/v1/completions", "/generate", "/v1"):
+        if url.endswith(suffix):
+            url = url[: -len(suffix)]
+    return url
+
+
+def get_json(url: str, timeout: float = 10.0) -> dict | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return json.loads(response.read().decode())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def server_info(base_url: str) -> dict | None:
+    info = get_json(f"{base_url}/server_info")
+    if info is None:
+        info = get_json(f"{base_url}/get_server_info")
+    if isinstance(info, dict) and "decode" in info and isinstance(info["decode"], list) and info["decode"]:
+        info = info["decode"][0]  # disaggregated servers report per role
+    return info if isinstance(info, dict) else None
+
+
+def served_model(base_url: str) -> str | None:
+    models = get_json(f"{base_url}/v1/models")
+    try:
+        return models["data"][0]["id"]
+    except (TypeError, KeyError, IndexError):
+        return None
+
+
+def arm_from_server_args(info: dict | None) -> str:
+    """'helion' or 'triton' when all three KDA backend flags agree, else 'unknown'."""
+    if not info:
+        return "unknown"
+    values = {str(info.get(key)) for key in KDA_BACKEND_ARGS}
+    return values.pop() if len(values) == 1 and values <= {"helion", "triton"} else "unknown"
+
+
+def default_run_id() -> str:
+    return os.environ.get("KDAKIT_RUN_ID") or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def resolve(args: argparse.Namespace, kind: str, info: dict | None) -> dict:
+    """run_id, host, sku, arm, out (Path), run_dir: server-command.json (or its folder) for provenance."""
+    run_id = args.run_id or default_run_id()
+    host = args.host_name or os.environ.get("KDAKIT_HOST") or socket.gethostname()
+    sku = (
+        args.sku or os.environ.get("KDAKIT_SKU") or provenance.sku_from_gpus(provenance.gpus_and_driver()[0])
+    )
+    arm = args.arm or os.environ.get("KDAKIT_ARM") or arm_from_server_args(info)
+    if arm not in ARMS:
+        raise UsageError(f"arm must be one of {', '.join(ARMS)}, got {arm!r} (from $KDAKIT_ARM?)")
+    out = Path(args.out) if args.out else Path("results") / run_id / host / kind
+    run_dir = None
+    if args.server_command:
+        path = Path(args.server_command)
+        if not path.is_file():
+            raise UsageError(f"--server-command: no such file {path}")
+        run_dir = path
+    else:
+        for folder in (out, *out.resolve().parents[:3]):
+            if (folder / provenance.SERVER_COMMAND_FILE).is_file():
+                run_dir = folder
+                break
+    return {
+        "run_id": run_id,
+        "host": host,
+        "sku": sku or "unknown",
+        "arm": arm,
+        "out": out,
+        "run_dir": run_dir,
+    }
+
+
+def fresh_stem(folder: Path, stem: str) -> str:
+    """stem, or stem-2, stem-3... so that a rerun never overwrites (or appends to) an earlier result."""
+    candidate, n = stem, 1
+    while (folder / f"{candidate}.result.json").exists() or (folder / candidate).exists():
+        n += 1
+        candidate = f"{stem}-{n}"
+    return candidate
