@@ -101,6 +101,7 @@ def patch_file(sglang_version: str | None = None) -> Path:
 @dataclass
 class Hunk:
     old_start: int
+    new_start: int
     old: list[str]
     new: list[str]
 
@@ -131,7 +132,7 @@ def parse(text: str) -> list[FilePatch]:
                 raise PatchError("hunk before any file header")
             old_count = int(match.group(2) or 1)
             new_count = int(match.group(4) or 1)
-            hunk = Hunk(int(match.group(1)), [], [])
+            hunk = Hunk(int(match.group(1)), int(match.group(3)), [], [])
             i += 1
             while (len(hunk.old) < old_count or len(hunk.new) < new_count) and i < len(lines):
                 body = lines[i]
@@ -162,7 +163,7 @@ def _apply_hunks(lines: list[str], hunks: list[Hunk], reverse: bool = False) -> 
     shift = 0
     for hunk in hunks:
         old, new = (hunk.new, hunk.old) if reverse else (hunk.old, hunk.new)
-        at = hunk.old_start - 1 + shift
+        at = (hunk.new_start if reverse else hunk.old_start) - 1 + shift
         if at < 0 or out[at : at + len(old)] != old:
             return None
         out[at : at + len(old)] = new

@@ -1,0 +1,117 @@
+"""The SGLang integration patch: applies cleanly to the pinned wheel's files, and the patched Helion adapter
+calls kdakit's kernels (or SGLang's with KDAKIT_HELION_KERNELS=upstream). CPU only: the adapter is imported
+for real from the wheel; only the two SGLang base modules it imports are stood in for."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from kdakit.kernels import integration, upstream
+
+ADAPTER_STANDINS = {
+    "sglang/srt/layers/__init__.py": "",
+    "sglang/srt/layers/attention/__init__.py": "",
+    "sglang/srt/layers/attention/linear/__init__.py": "",
+    "sglang/srt/layers/attention/linear/kernels/__init__.py": "",
+    "sglang/srt/layers/attention/linear/kernels/kernel_backend.py": "class LinearAttnKernelBase:\n    pass\n",
+    "sglang/srt/layers/attention/linear/kernels/kda_triton.py": "class TritonKDAKernel:\n    pass\n",
+}
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    return upstream.find_wheel(download=True)
+
+
+@pytest.fixture()
+def tree(tmp_path: Path, wheel: Path) -> Path:
+    """SGLang's kernel modules and its unmodified Helion adapter from the wheel, as a sys.path root."""
+    root = upstream.extract(tmp_path / "site", wheel=wheel)
+    with zipfile.ZipFile(wheel) as zf:
+        (root / integration.ADAPTER).parent.mkdir(parents=True, exist_ok=True)
+        (root / integration.ADAPTER).write_bytes(zf.read(integration.ADAPTER))
+    for name, text in ADAPTER_STANDINS.items():
+        (root / name).write_text(text)
+    return root
+
+
+def _resolve_in(root: Path, value: str | None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop(integration.ENV_VAR, None)
+    if value is not None:
+        env[integration.ENV_VAR] = value
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    code = "import json; from kdakit.kernels.integration import resolve; print(json.dumps(resolve()))"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_patch_applies_cleanly_to_the_pinned_wheel(tree: Path):
+    adapter = tree / integration.ADAPTER
+    before = adapter.read_text()
+    assert "from sglang.kernels.ops.attention.helion.kda_decode import" in before
+    assert integration.check(tree) == "applies"
+    assert integration.apply(tree) == [adapter]
+    after = adapter.read_text()
+    assert "KDAKIT_HELION_MODULES = helion_kda_modules()" in after
+    assert "from sglang.kernels.ops.attention.helion.kda_decode import" not in after
+    assert "from sglang.kernels.ops.attention.helion.kda_verify import" not in after
+    assert integration.check(tree) == "applied"
+    assert integration.apply(tree) == []  # idempotent
+    assert adapter.read_text() == after
+
+
+def test_patch_refuses_a_changed_file(tree: Path):
+    adapter = tree / integration.ADAPTER
+    line = "self._chunk_kda = chunk_kda"
+    changed = adapter.read_text().replace(line, line + "  # edited")
+    adapter.write_text(changed)
+    assert integration.check(tree) == "conflict"
+    with pytest.raises(integration.PatchError, match="does not apply cleanly"):
+        integration.apply(tree)
+    assert adapter.read_text() == changed
+
+
+def test_patched_adapter_resolves_to_kdakit_by_default(tree: Path):
+    integration.apply(tree)
+    result = _resolve_in(tree, None)
+    assert result.returncode == 0, result.stderr
+    resolved = json.loads(result.stdout.strip().splitlines()[-1])
+    assert resolved["kernels"] == "kdakit"
+    assert resolved["decode"] == "kdakit.kernels.decode"
+    assert resolved["verify"] == "kdakit.kernels.verify"
+    has_prefill = importlib.util.find_spec("kdakit.kernels.prefill") is not None
+    expected_prefill = "kdakit.kernels.prefill" if has_prefill else integration.UPSTREAM_MODULES["prefill"]
+    assert resolved["prefill"] == expected_prefill
+    assert "Helion KDA kernels from kdakit" in result.stderr  # the choice is logged
+
+
+def test_patched_adapter_resolves_to_upstream_on_request(tree: Path):
+    integration.apply(tree)
+    result = _resolve_in(tree, "upstream")
+    assert result.returncode == 0, result.stderr
+    resolved = json.loads(result.stdout.strip().splitlines()[-1])
+    assert resolved == {"kernels": "upstream", **integration.UPSTREAM_MODULES}
+
+
+def test_unpatched_adapter_reports_upstream(tree: Path):
+    result = _resolve_in(tree, None)
+    assert result.returncode == 0, result.stderr
+    resolved = json.loads(result.stdout.strip().splitlines()[-1])
+    assert resolved == {"kernels": "unpatched", **integration.UPSTREAM_MODULES}
+
+
+def test_invalid_switch_value_fails_clearly(tree: Path, monkeypatch):
+    integration.apply(tree)
+    result = _resolve_in(tree, "fla")
+    assert result.returncode != 0
+    assert "KDAKIT_HELION_KERNELS must be one of kdakit, upstream; got 'fla'" in result.stderr
+    monkeypatch.setenv(integration.ENV_VAR, "Kdakit")
+    with pytest.raises(ValueError, match="must be one of"):
+        integration.selected_kernels()
