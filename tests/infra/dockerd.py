@@ -1,0 +1,262 @@
+"""A private Docker engine for tests: Debian's `docker.io` dockerd with its own data root, exec root, socket
+and pidfile, never touching the host's network setup (`--bridge=none --iptables=false --ip6tables=false`).
+
+    with dockerd.start(Path("/var/tmp/kdakit-ci/engine")) as engine:
+        engine.cli("run", "--rm", "--network", "host", image, "true")
+
+`start(root, netns="h1")` runs the engine inside an existing network namespace (`nsenter --net`, not
+`ip netns exec`, which remounts /sys and hides the cgroup mounts dockerd needs), so that host-network
+containers of that engine see only the namespace's interfaces. One engine per root at a time (a lock file);
+the data root persists, so images and build cache survive for the next run on the same machine.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Debian's 20.10 client: it drives BuildKit itself (DOCKER_BUILDKIT=1, --secret) without the buildx plugin,
+# which other clients (e.g. a 28.x in /usr/local/bin) need and which no Debian package ships.
+DOCKER_CLI = os.environ.get("KDAKIT_DOCKER_CLI", "/usr/bin/docker")
+DOCKERD = os.environ.get("KDAKIT_DOCKERD", shutil.which("dockerd") or "/usr/sbin/dockerd")
+SYSTEM_CONTAINERD_SOCKET = Path("/run/containerd/containerd.sock")
+
+
+class DockerdError(RuntimeError):
+    pass
+
+
+def unavailable_reason() -> str | None:
+    """Why a private dockerd cannot run here (for pytest.skip), or None when it can."""
+    if os.geteuid() != 0:
+        return "dockerd needs root"
+    for path in (DOCKERD, DOCKER_CLI):
+        if not os.access(path, os.X_OK):
+            return f"{path} missing: install Debian's docker.io (.ci/apt-packages.txt)"
+    return None
+
+
+@dataclass
+class Dockerd:
+    root: Path
+    netns: str | None
+    process: subprocess.Popen
+    _lock_fd: int = field(repr=False)
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "docker.sock"
+
+    @property
+    def host(self) -> str:
+        return f"unix://{self.socket}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "dockerd.log"
+
+    def env(self, base: dict | None = None) -> dict[str, str]:
+        """Environment for a docker client (or `make image ...`) talking to this engine."""
+        env = dict(os.environ if base is None else base)
+        env.update(DOCKER_HOST=self.host, DOCKER_BUILDKIT="1")
+        return env
+
+    def cli(
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float | None = 600,
+        input: bytes | None = None,
+        capture: bool = True,
+        stdout=None,
+    ) -> subprocess.CompletedProcess:
+        """Run the docker client against this engine; on failure raise with its output."""
+        cmd = [DOCKER_CLI, "-H", self.host, *args]
+        out = subprocess.PIPE if capture and stdout is None else stdout
+        proc = subprocess.run(
+            cmd,
+            input=input,
+            stdout=out,
+            stderr=subprocess.PIPE if capture else None,
+            env=self.env(),
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            detail = (proc.stderr or b"").decode(errors="replace")[-4000:]
+            raise DockerdError(f"{' '.join(cmd)} exited {proc.returncode}:\n{detail}")
+        return proc
+
+    def image_id(self, ref: str) -> str | None:
+        """The image ID (sha256:...) of ref in this engine, or None when it has no such image."""
+        proc = self.cli("image", "inspect", "--format", "{{.Id}}", ref, check=False)
+        return proc.stdout.decode().strip() if proc.returncode == 0 else None
+
+    def stop(self, timeout: float = 30) -> None:
+        """Remove containers, stop dockerd (and the containerd it started) by PID, unmount what it left."""
+        try:
+            if self.process.poll() is None:
+                ids = self.cli("ps", "-aq", check=False, timeout=30).stdout.decode().split()
+                if ids:
+                    self.cli("rm", "-f", *ids, check=False, timeout=60)
+                self.process.send_signal(signal.SIGTERM)
+                try:
+                    self.process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait(10)
+            _kill_pidfile(self.root / "exec" / "containerd" / "containerd.pid", "containerd")
+            unmount_under(self.root)
+            (self.root / "dockerd.pid").unlink(missing_ok=True)
+        finally:
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+    def __enter__(self) -> Dockerd:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _alive(pid: int, name: str) -> bool:
+    try:
+        return name in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
+def _kill_pidfile(pidfile: Path, name: str, timeout: float = 10) -> None:
+    """Stop the process a pidfile names, if it is still alive and really is `name`."""
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return
+    if not _alive(pid, name):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid, name) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid, name):
+        os.kill(pid, signal.SIGKILL)
+
+
+def unmount_under(root: Path) -> list[str]:
+    """Unmount every mount point below root (overlay layers, nsfs), deepest first; returns them."""
+    prefix = str(root.resolve()) + "/"
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point.startswith(prefix):
+            points.append(point)
+    for point in sorted(set(points), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+    return points
+
+
+def _ping(sock: Path) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.connect(str(sock))
+            s.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return s.recv(64).split(b"\r\n", 1)[0].endswith(b" 200 OK")
+    except OSError:
+        return False
+
+
+def start(
+    root: Path,
+    *,
+    netns: str | None = None,
+    timeout: float = 60,
+    lock_timeout: float = 1800,
+    extra_args: tuple[str, ...] = (),
+) -> Dockerd:
+    """Start a dockerd whose whole state lives under root; return once its API answers."""
+    reason = unavailable_reason()
+    if reason:
+        raise DockerdError(reason)
+    root = Path(root).resolve()
+    if len(str(root / "docker.sock")) > 100:
+        raise DockerdError(f"{root} is too long for a unix socket path")
+    root.mkdir(parents=True, exist_ok=True)
+    lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + lock_timeout
+    while True:  # another test run using the same root waits its turn
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(lock_fd)
+                raise DockerdError(
+                    f"{root} stayed locked by another dockerd user for {lock_timeout:.0f}s"
+                ) from None
+            time.sleep(1)
+    engine = None
+    try:
+        pidfile = root / "dockerd.pid"
+        try:
+            old = int(pidfile.read_text().strip())
+            if _alive(old, "dockerd"):
+                raise DockerdError(f"dockerd PID {old} still runs on {root}; stop it first")
+        except (OSError, ValueError):
+            pass
+        pidfile.unlink(missing_ok=True)  # a stale pidfile makes dockerd refuse to start
+        unmount_under(root)
+        (root / "docker.sock").unlink(missing_ok=True)
+        cmd = [
+            DOCKERD,
+            "--data-root",
+            str(root / "data"),
+            "--exec-root",
+            str(root / "exec"),
+            "-H",
+            f"unix://{root / 'docker.sock'}",
+            "--pidfile",
+            str(pidfile),
+            "--storage-driver",
+            "overlay2",
+            "--bridge=none",
+            "--iptables=false",
+            "--ip6tables=false",
+            *extra_args,
+        ]
+        if netns:
+            ns_path = Path("/run/netns") / netns
+            if not ns_path.exists():
+                raise DockerdError(f"network namespace {netns} does not exist ({ns_path})")
+            cmd = ["nsenter", f"--net={ns_path}", *cmd]
+        log = open(root / "dockerd.log", "ab")
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        log.close()
+        engine = Dockerd(root, netns, proc, lock_fd)
+        ready_by = time.monotonic() + timeout
+        while not _ping(engine.socket):
+            if proc.poll() is not None or time.monotonic() > ready_by:
+                tail = engine.log_path.read_text(errors="replace")[-3000:]
+                engine.stop()  # also releases the lock
+                raise DockerdError(f"dockerd on {root} did not become ready (rc={proc.poll()}):\n{tail}")
+            time.sleep(0.2)
+        return engine
+    except BaseException:
+        if engine is None:
+            os.close(lock_fd)
+        elif engine._lock_fd >= 0:
+            engine.stop()
+        raise

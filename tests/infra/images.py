@@ -1,0 +1,238 @@
+"""Build (cached) the images the Docker tests need, on a private dockerd (tests/infra/dockerd.py).
+
+- `debian_base(engine)`: Debian bookworm made by debootstrap, imported with `docker import` (no registry).
+- `standin_base(engine)`: stand-in for SGLang's CUDA 13 image: that Debian plus a venv holding the pinned
+  torch (PyPI's CUDA build, run on the CPU), triton and `sglang --no-deps`, from a wheelhouse assembled on
+  the host with `pip download` (so pip's local caches and mirrors count) and bind-mounted into the build.
+- `wrong_torch_base(engine)`: the stand-in with another torch (2.13.0), which the kdakit build must refuse.
+- `kdakit_image(engine, base)`: `make -f images/images.mk image` on a base: the real images/Dockerfile.
+- `image_tarball(engine, ref)`: `make image-save` output (.tar.zst + .sha256 + .id), for hosts to load.
+
+Slow things are cached under $KDAKIT_CI_CACHE (default /var/tmp/kdakit-ci, outside the repo): the
+debootstrap tarball, wheelhouses, and the engine's data root (images and BuildKit cache). Everything also
+works from nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.infra import dockerd
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("KDAKIT_CI_CACHE", "/var/tmp/kdakit-ci"))
+ENGINE_ROOT = CACHE / "engine"  # the image-building engine; its data root is the layer cache
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = os.environ.get("KDAKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+# patch: kdakit's SGLang integration applies a unified diff; ca-certificates: pip over TLS.
+DEBIAN_PACKAGES = ("python3", "python3-venv", "ca-certificates", "patch")
+STANDIN_DOCKERFILE = Path(__file__).with_name("standin-base.Dockerfile")
+WRONG_TORCH = "2.13.0"  # any torch but the pinned one; this one lies on the CI machine's disk (CPU build)
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # the build's pip trusts what the host trusts (TLS proxy)
+
+
+def _pins() -> dict:
+    sys.path.insert(0, str(REPO))
+    from kdakit import pins
+
+    return pins.load(REPO / "pins.toml")
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:16]
+
+
+@contextmanager
+def _locked(path: Path):
+    """Serialise builders of one cache entry (two test runs on one machine)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
+    return proc
+
+
+def start_engine(root: Path = ENGINE_ROOT) -> dockerd.Dockerd:
+    return dockerd.start(root)
+
+
+def debootstrap_tarball() -> Path:
+    """A minbase Debian rootfs as a tarball (about a minute to make, then cached)."""
+    out = CACHE / "debootstrap" / f"{DEBIAN_SUITE}-{_key(DEBIAN_MIRROR, DEBIAN_PACKAGES)}.tar"
+    with _locked(out):
+        if out.exists():
+            return out
+        rootfs = out.with_suffix(".rootfs")
+        shutil.rmtree(rootfs, ignore_errors=True)
+        _run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(DEBIAN_PACKAGES)}",
+                DEBIAN_SUITE,
+                str(rootfs),
+                DEBIAN_MIRROR,
+            ],
+            timeout=1200,
+        )
+        shutil.rmtree(rootfs / "var/cache/apt/archives", ignore_errors=True)
+        (rootfs / "var/cache/apt/archives/partial").mkdir(parents=True)
+        tmp = out.with_suffix(".tmp")
+        _run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(tmp), "."])
+        tmp.rename(out)
+        shutil.rmtree(rootfs, ignore_errors=True)
+        return out
+
+
+def debian_base(engine: dockerd.Dockerd) -> str:
+    """Import the debootstrap rootfs as an image; returns its tag."""
+    tarball = debootstrap_tarball()
+    tag = f"kdakit-ci/debian:{DEBIAN_SUITE}-{tarball.stem.rsplit('-', 1)[-1]}"
+    if engine.image_id(tag) is None:
+        with open(tarball, "rb") as f:
+            engine.cli(
+                "import",
+                "--change",
+                'CMD ["/bin/bash"]',
+                "--change",
+                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "-",
+                tag,
+                capture=True,
+                stdout=subprocess.PIPE,
+                input=f.read(),
+                timeout=600,
+            )
+    return tag
+
+
+def wheelhouse(requirements: tuple[str, ...], no_deps: tuple[str, ...] = ()) -> Path:
+    """Wheels for `requirements` (with their dependencies) and `no_deps` (without), via the host's pip."""
+    out = CACHE / "wheelhouse" / _key(requirements, no_deps, sys.version_info[:2])
+    with _locked(out):
+        if (out / ".complete").exists():
+            return out
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        # The host's Python and glibc match the stand-in's (CPython 3.11, Debian bookworm).
+        pip = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--dest", str(out)]
+        if requirements:
+            _run([*pip, *requirements], timeout=3600)
+        if no_deps:
+            _run([*pip, "--no-deps", *no_deps], timeout=3600)
+        (out / ".complete").write_text("\n".join((*requirements, *no_deps)) + "\n")
+        return out
+
+
+def _build(
+    engine: dockerd.Dockerd,
+    dockerfile: Path,
+    context: Path,
+    tag: str,
+    args: dict[str, str],
+    timeout: float = 3600,
+) -> str:
+    cmd = ["build", "--network", "host", "-f", str(dockerfile), "-t", tag]
+    for name, value in args.items():
+        cmd += ["--build-arg", f"{name}={value}"]
+    engine.cli(*cmd, str(context), timeout=timeout)
+    return engine.image_id(tag)
+
+
+def standin_base(
+    engine: dockerd.Dockerd, torch: str | None = None, tag_prefix: str = "kdakit-ci/standin"
+) -> str:
+    """The stand-in base with the pinned stack (or another torch); returns its tag. Cached by content."""
+    p = _pins()["packages"]
+    torch = torch or p["torch"]
+    base = debian_base(engine)
+    wheels = wheelhouse((f"torch=={torch}",), (f"triton=={p['triton']}", f"sglang=={p['sglang']}"))
+    args = {
+        "DEBIAN_BASE": base,
+        "TORCH_VERSION": torch,
+        "TRITON_VERSION": p["triton"],
+        "SGLANG_VERSION": p["sglang"],
+    }
+    tag = f"{tag_prefix}:{_key(STANDIN_DOCKERFILE.read_text(), args)}"
+    if engine.image_id(tag) is None:
+        _build(engine, STANDIN_DOCKERFILE, wheels, tag, args)
+    return tag
+
+
+def wrong_torch_base(engine: dockerd.Dockerd) -> str:
+    """The stand-in built with torch 2.13.0 instead of the pin: the kdakit image build must refuse it."""
+    return standin_base(engine, torch=WRONG_TORCH, tag_prefix="kdakit-ci/standin-wrong-torch")
+
+
+@dataclass
+class Build:
+    returncode: int
+    output: str
+    seconds: float
+    image_id: str | None
+
+
+def make(
+    target: str, engine: dockerd.Dockerd, timeout: float = 3600, **variables: str
+) -> subprocess.CompletedProcess:
+    """Run one of images/images.mk's targets against the engine (Debian's BuildKit-capable client)."""
+    cmd = [
+        "make",
+        "--no-print-directory",
+        "-f",
+        str(REPO / "images" / "images.mk"),
+        target,
+        f"DOCKER={dockerd.DOCKER_CLI}",
+        f"PYTHON={sys.executable}",
+        *(f"{k}={v}" for k, v in variables.items()),
+    ]
+    return subprocess.run(cmd, cwd=REPO, env=engine.env(), capture_output=True, text=True, timeout=timeout)
+
+
+def kdakit_image(
+    engine: dockerd.Dockerd, base: str, tag: str = "kdakit:ci", check: bool = True, **variables: str
+) -> Build:
+    """`make image` on a base image; with check, raise when the build fails."""
+    t0 = time.monotonic()
+    proc = make("image", engine, BASE_IMAGE=base, IMAGE=tag, CA_BUNDLE=CA_BUNDLE, **variables)
+    build = Build(
+        proc.returncode,
+        proc.stdout + proc.stderr,
+        time.monotonic() - t0,
+        engine.image_id(tag) if proc.returncode == 0 else None,
+    )
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"make image failed ({proc.returncode}):\n{build.output[-6000:]}")
+    return build
+
+
+def image_tarball(engine: dockerd.Dockerd, ref: str) -> Path:
+    """`make image-save` of ref into the cache (named by image ID); returns the .tar.zst path."""
+    image_id = engine.image_id(ref)
+    if image_id is None:
+        raise RuntimeError(f"no image {ref} in the engine at {engine.root}")
+    out = CACHE / "tarballs" / f"{image_id.split(':')[-1][:16]}.tar.zst"
+    with _locked(out):
+        if not (out.exists() and Path(f"{out}.sha256").exists() and Path(f"{out}.id").exists()):
+            proc = make("image-save", engine, IMAGE=ref, FILE=str(out))
+            if proc.returncode != 0:
+                raise RuntimeError(f"make image-save failed:\n{proc.stdout}\n{proc.stderr}")
+    return out
