@@ -16,7 +16,8 @@ Usage, before any Triton or Helion import runs a kernel:
     from kdakit.kernels import interpret
     interpret.install()
 
-`install()` is idempotent and returns True when it patched anything.
+`install()` is idempotent and returns True when it patched anything; `uninstall()` restores Triton (use it
+when the same process later runs kernels on a GPU, e.g. a pytest session with both CPU and GPU tests).
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ from __future__ import annotations
 import os
 
 _installed = False
+_restore: list[tuple[object, str, object]] = []
+
+
+def _patch(owner, name: str, value) -> None:
+    _restore.append((owner, name, getattr(owner, name, None)))
+    setattr(owner, name, value)
 
 
 def interpreting() -> bool:
@@ -46,7 +53,7 @@ def _forward_libdevice() -> None:
         if name.startswith("_") or not callable(getattr(libdevice, name)):
             continue
         if hasattr(tl.math, name):
-            setattr(libdevice, name, forward(name))
+            _patch(libdevice, name, forward(name))
 
     # A few libdevice functions have no tl.math twin; compose them from ones that do.
     def log1p(x, _semantic=None):
@@ -62,7 +69,7 @@ def _forward_libdevice() -> None:
         return tl.math.exp2(y * tl.math.log2(x))
 
     for fn in (log1p, expm1, tanh, pow):
-        setattr(libdevice, fn.__name__, fn)
+        _patch(libdevice, fn.__name__, fn)
 
 
 def _decode_bf16_dot() -> None:
@@ -81,7 +88,7 @@ def _decode_bf16_dot() -> None:
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
         return original(self, as_fp32(a), as_fp32(b), d, input_precision, max_num_imprecise_acc)
 
-    interpreter.InterpreterBuilder.create_dot = create_dot
+    _patch(interpreter.InterpreterBuilder, "create_dot", create_dot)
 
 
 def _first_autotune_config() -> None:
@@ -92,7 +99,7 @@ def _first_autotune_config() -> None:
     def prune_configs(self, kwargs):
         return original(self, kwargs)[:1]
 
-    autotuner.Autotuner.prune_configs = prune_configs
+    _patch(autotuner.Autotuner, "prune_configs", prune_configs)
 
 
 def install() -> bool:
@@ -105,3 +112,12 @@ def install() -> bool:
     _first_autotune_config()
     _installed = True
     return True
+
+
+def uninstall() -> None:
+    """Undo `install()`."""
+    global _installed
+    while _restore:
+        owner, name, value = _restore.pop()
+        setattr(owner, name, value)
+    _installed = False
