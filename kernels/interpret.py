@@ -9,6 +9,9 @@ CPU tests exercise the same code, block sizes and masks as the GPU. Three interp
 2. `tl.dot` on bf16 operands multiplies the raw uint16 bit patterns; bf16 operands are decoded to fp32 first.
 3. `triton.autotune` benchmarks through a GPU driver; in the interpreter the first surviving config is used.
 
+Also, `@triton.jit` helpers decorated before TRITON_INTERPRET was set (Inductor's `triton_helpers`, which the
+generated code calls) are swapped for interpreted twins, so the variable need not precede every import.
+
 Usage, before any Triton or Helion import runs a kernel:
 
     import os
@@ -102,6 +105,24 @@ def _first_autotune_config() -> None:
     _patch(autotuner.Autotuner, "prune_configs", prune_configs)
 
 
+def _interpret_jit_helpers() -> None:
+    import sys
+
+    from torch._inductor.runtime import triton_helpers  # noqa: F401  (imported so it is patched too)
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    twins: dict[int, InterpretedFunction] = {}
+    prefixes = ("triton.language", "torch._inductor.runtime.triton_helpers")
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not module_name.startswith(prefixes):
+            continue
+        for name, obj in list(vars(module).items()):
+            if isinstance(obj, JITFunction):
+                twin = twins.setdefault(id(obj), InterpretedFunction(obj.fn))
+                _patch(module, name, twin)
+
+
 def install() -> bool:
     """Patch Triton's interpreter (only when TRITON_INTERPRET is set). Returns True if patched."""
     global _installed
@@ -110,6 +131,7 @@ def install() -> bool:
     _forward_libdevice()
     _decode_bf16_dot()
     _first_autotune_config()
+    _interpret_jit_helpers()
     _installed = True
     return True
 
