@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "kdakit.preflight",
     "kdakit.health",
     "kdakit.evals.gsm8k",
+    "kdakit.kernels.cli",
 ]
 
 

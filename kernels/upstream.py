@@ -198,7 +198,10 @@ def _wheel_candidates() -> list[Path]:
     env = os.environ.get("KDAKIT_SGLANG_WHEEL")
     if env:
         found.append(Path(env))
-    for folder in (cache_dir() / "wheels", Path("/tmp/wheels")):
+    # The cache, `make setup`'s wheel folder in a checkout, and where the dev box keeps pinned wheels.
+    checkout_wheels = Path(__file__).resolve().parent.parent / ".cache" / "wheels"
+    folders = (cache_dir() / "wheels", checkout_wheels, Path.cwd() / ".cache" / "wheels", Path("/tmp/wheels"))
+    for folder in folders:
         if folder.is_dir():
             found.extend(sorted(folder.glob(pattern)))
     return found

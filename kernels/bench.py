@@ -1,0 +1,925 @@
+"""`kdakit kernels bench`: SGLang's Triton and Helion KDA kernels against kdakit's, in the PR's table format.
+
+Method (as in the H200 baseline): per-call time is the median over >= 60 replays of a CUDA graph holding
+N back-to-back calls, divided by N, after eager warm-up calls (compilation and autotuning excluded). Decode
+and verify calls rotate over disjoint slot sets of a state pool much larger than L2, so one graph cycle
+moves >= 128 MiB of state and the cache is not what is measured. Prefill overwrites `v` in place, so each
+call is preceded by an in-graph restore whose separately timed cost is subtracted. The single-call replay
+latency (one call per graph, L2 flushed before each replay) is reported beside it. Every arm's outputs and
+states are checked against SGLang's Triton kernel before timing. The HBM floor is the bytes a call must
+move divided by the device-to-device copy bandwidth measured in the same run.
+
+The pure parts (byte counts, statistics, table, JSON) run anywhere; timing needs an NVIDIA GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import platform
+import socket
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kdakit.errors import UsageError
+
+MIB = 1 << 20
+L2_COLD_BYTES = 128 * MIB  # state touched per graph cycle, >= 2x the H200's 60 MB L2
+RAW_NAME = "kernels-bench.json"
+RECORD_NAME = "kernels.result.json"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    phases: tuple[str, ...] = ("prefill", "decode", "verify")
+    decode_batches: tuple[int, ...] = (1, 16, 48)
+    verify_batches: tuple[int, ...] = (1, 16, 48)
+    draft_tokens: int = 6
+    prefill_shapes: tuple[tuple[int, int], ...] = ((1, 4096), (1, 8192), (2, 4096))
+    heads: int = 16
+    value_heads: int = 16
+    head_dim: int = 128
+    lower_bound: float = -5.0
+    replays: int = 100
+    single_replays: int = 60
+    pool_bytes: int = 512 * MIB
+    seed: int = 0
+
+
+PHASES = ("prefill", "decode", "verify")
+# (phase, arm id) -> (column family, label). "triton" rows are the reference each change is measured against.
+ARMS = {
+    "decode": {
+        "triton": "SGLang Triton, non-packed (server path with a bounded gate)",
+        "triton-packed": "SGLang Triton packed kernel (CUDA-JIT dispatch off)",
+        "triton-packed-dispatch": "SGLang packed dispatch (CUDA JIT at B >= 8, fp32 state)",
+        "helion-upstream": "SGLang upstream Helion",
+        "helion-kdakit": "kdakit Helion",
+    },
+    "verify": {
+        "triton": "SGLang Triton verify",
+        "helion-upstream": "SGLang upstream Helion",
+        "helion-kdakit": "kdakit Helion",
+    },
+    "prefill": {
+        "triton": "SGLang Triton chunk_kda",
+        "helion-upstream": "SGLang upstream Helion chunk_kda",
+        "helion-kdakit": "kdakit Helion chunk_kda",
+    },
+}
+
+
+def parse_int_list(text: str, name: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UsageError(f"--{name}: expected comma-separated integers, got {text!r}") from None
+    if not values or any(v <= 0 for v in values):
+        raise UsageError(f"--{name}: expected positive integers, got {text!r}")
+    return values
+
+
+def parse_prefill_shapes(text: str) -> tuple[tuple[int, int], ...]:
+    shapes = []
+    for item in (x.strip() for x in text.split(",") if x.strip()):
+        parts = item.lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise UsageError(f"--prefill-shapes: expected BATCHxTOKENS items like 1x4096, got {item!r}")
+        shapes.append((int(parts[0]), int(parts[1])))
+    if not shapes:
+        raise UsageError("--prefill-shapes: no shape given")
+    return tuple(shapes)
+
+
+def parse_phases(text: str) -> tuple[str, ...]:
+    phases = tuple(p.strip() for p in text.split(",") if p.strip())
+    bad = [p for p in phases if p not in PHASES]
+    if bad or not phases:
+        raise UsageError(f"--phases: expected a subset of {','.join(PHASES)}, got {text!r}")
+    return tuple(p for p in PHASES if p in phases)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Bytes a call must move (each input read once, each output written once) and the floor they imply.
+
+
+def _state_bytes(hv: int, k: int, v: int, state_itemsize: int = 4) -> int:
+    return hv * v * k * state_itemsize
+
+
+def decode_bytes(batch: int, h: int, hv: int, k: int, v: int, act: int = 2, state: int = 4) -> int:
+    per_request = (
+        2 * _state_bytes(hv, k, v, state)  # state read and written back
+        + (2 * h * k + hv * v) * act  # mixed_qkv
+        + hv * k * act  # raw gate a
+        + hv * act  # raw beta b
+        + hv * v * act  # output
+        + 4  # slot index
+    )
+    params = hv * 4 + hv * k * 4  # A_log, dt_bias (fp32)
+    return batch * per_request + params
+
+
+def verify_bytes(
+    batch: int, tokens: int, h: int, hv: int, k: int, v: int, act: int = 2, state: int = 4
+) -> int:
+    per_request = (
+        _state_bytes(hv, k, v, state)  # committed state read once, never written
+        + tokens * _state_bytes(hv, k, v, 4)  # one fp32 snapshot written per candidate
+        + tokens * ((2 * h * k + hv * v) * act + hv * k * act + hv * act + hv * v * act)
+        + 2 * 4  # slot and snapshot-row indices
+    )
+    params = hv * 4 + hv * k * 4 + (batch + 1) * 4
+    return batch * per_request + params
+
+
+def prefill_bytes(
+    batch: int, tokens: int, h: int, hv: int, k: int, v: int, act: int = 2, state: int = 4
+) -> int:
+    total = batch * tokens
+    per_token = (2 * h * k + hv * v) * act + hv * k * act + hv * act + hv * v * act  # q k v g beta in, o out
+    return total * per_token + batch * 2 * _state_bytes(hv, k, v, state) + hv * 4 + hv * k * 4
+
+
+def floor_us(nbytes: int, bandwidth_bytes_per_s: float | None) -> float | None:
+    if not bandwidth_bytes_per_s:
+        return None
+    return nbytes / bandwidth_bytes_per_s * 1e6
+
+
+def change(candidate: float | None, reference: float | None) -> float | None:
+    """(candidate - reference) / reference, as a fraction (negative = faster)."""
+    if candidate is None or reference is None or reference <= 0:
+        return None
+    return (candidate - reference) / reference
+
+
+def summarize(samples: list[float]) -> dict[str, Any]:
+    """Median and spread of per-call samples (µs)."""
+    if not samples:
+        return {"n": 0, "median": None, "p20": None, "p80": None, "min": None}
+    ordered = sorted(samples)
+
+    def quantile(q: float) -> float:
+        pos = q * (len(ordered) - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+    return {
+        "n": len(ordered),
+        "median": statistics.median(ordered),
+        "p20": quantile(0.2),
+        "p80": quantile(0.8),
+        "min": ordered[0],
+    }
+
+
+def calls_per_graph(batch: int, state_bytes_per_request: int, minimum: int = 32) -> int:
+    """Enough back-to-back calls that one graph cycle touches >= L2_COLD_BYTES of distinct state."""
+    per_call = max(batch * state_bytes_per_request, 1)
+    return max(minimum, math.ceil(L2_COLD_BYTES / per_call))
+
+
+def slot_sets(pool_slots: int, batch: int, calls: int, seed: int) -> list[list[int]]:
+    """`calls` slot lists of size `batch`; consecutive lists are disjoint and drawn from a permutation."""
+    import random
+
+    if batch > pool_slots:
+        raise UsageError(f"batch {batch} exceeds the state pool ({pool_slots} slots)")
+    rng = random.Random(seed)
+    order = list(range(pool_slots))
+    rng.shuffle(order)
+    distinct = pool_slots // batch
+    return [order[(i % distinct) * batch : (i % distinct + 1) * batch] for i in range(calls)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The printed table (PR format) and the records.
+
+
+def _fmt_us(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def _fmt_change(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:+.1f} %"
+
+
+def _arm_median(row: dict, arm: str, key: str = "per_call") -> float | None:
+    entry = row["arms"].get(arm)
+    if not entry or entry.get("status") != "ok":
+        return None
+    return entry[key]["median"]
+
+
+def _arm_cell(row: dict, arm: str, key: str = "per_call") -> str:
+    entry = row["arms"].get(arm)
+    if entry is None:
+        return "—"
+    if entry.get("status") != "ok":
+        return "n/a" if entry.get("status") == "missing" else "FAIL"
+    mark = "" if entry.get("check", {}).get("ok", True) else " ✗"
+    return _fmt_us(entry[key]["median"]) + mark
+
+
+def render_table(result: dict) -> str:
+    """The PR's table (`| phase | shape | Triton | Helion | change |`) for kdakit's and upstream's Helion,
+    with the HBM floor; then the decode Triton paths and the single-call replay latencies."""
+    rows = result["rows"]
+    bw = result.get("copy_bandwidth", {}).get("bytes_per_s")
+    lines = [
+        f"Per-call µs, CUDA graph of N back-to-back calls, median of replays; HBM floor at "
+        f"{bw / 1e12:.2f} TB/s copy bandwidth measured in this run."
+        if bw
+        else "Per-call µs.",
+        "",
+        "| phase | shape | Triton | Helion (kdakit) | change | Helion (upstream) | change | HBM floor | "
+        "kdakit / floor |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        triton = _arm_median(row, "triton")
+        kdakit = _arm_median(row, "helion-kdakit")
+        upstream = _arm_median(row, "helion-upstream")
+        ratio = f"{kdakit / row['floor_us']:.2f}×" if kdakit and row.get("floor_us") else "—"
+        lines.append(
+            f"| {row['phase']} | {row['shape_label']} | {_arm_cell(row, 'triton')} | "
+            f"{_arm_cell(row, 'helion-kdakit')} | {_fmt_change(change(kdakit, triton))} | "
+            f"{_arm_cell(row, 'helion-upstream')} | {_fmt_change(change(upstream, triton))} | "
+            f"{_fmt_us(row.get('floor_us'))} | {ratio} |"
+        )
+    decode = [r for r in rows if r["phase"] == "decode"]
+    if decode:
+        lines += ["", "Decode paths (µs; change of kdakit vs each):", ""]
+        lines.append("| decode path | " + " | ".join(r["shape_label"] for r in decode) + " |")
+        lines.append("|---|" + "---:|" * len(decode))
+        for arm, label in ARMS["decode"].items():
+            cells = []
+            for r in decode:
+                cell = _arm_cell(r, arm)
+                ch = change(_arm_median(r, "helion-kdakit"), _arm_median(r, arm))
+                cells.append(cell if arm == "helion-kdakit" or ch is None else f"{cell} ({_fmt_change(ch)})")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "Single-call graph replay (µs, L2 flushed before each replay; includes launch):", ""]
+    arms = ["triton", "triton-packed", "triton-packed-dispatch", "helion-upstream", "helion-kdakit"]
+    lines.append("| phase | shape | " + " | ".join(arms) + " |")
+    lines.append("|---|---|" + "---:|" * len(arms))
+    for row in rows:
+        if row["phase"] == "prefill":
+            continue
+        cells = [_arm_cell(row, a, "single_call") if a in row["arms"] else "" for a in arms]
+        lines.append(f"| {row['phase']} | {row['shape_label']} | " + " | ".join(cells) + " |")
+    failed = [
+        f"{row['phase']} {row['shape_label']} {arm}: {entry.get('error') or entry.get('check')}"
+        for row in rows
+        for arm, entry in row["arms"].items()
+        if entry.get("status") == "failed" or not entry.get("check", {}).get("ok", True)
+    ]
+    if failed:
+        lines += ["", "Failures:"] + [f"- {f}" for f in failed]
+    return "\n".join(lines)
+
+
+def normalized_rows(result: dict) -> list[dict]:
+    """Rows for the kdakit.result.v1 `kernels` record: one per (phase, shape, arm)."""
+    out = []
+    for row in result["rows"]:
+        for arm_id, entry in row["arms"].items():
+            status = entry.get("status", "failed")
+            if status == "ok" and not entry.get("check", {}).get("ok", True):
+                status = "failed"
+            item = {
+                "phase": row["phase"],
+                "shape": row["shape"],
+                "arm": "triton" if arm_id.startswith("triton") else "helion",
+                "variant": arm_id,
+                "median_us": entry["per_call"]["median"] if entry.get("status") == "ok" else None,
+                "samples": entry["per_call"]["n"] if entry.get("status") == "ok" else 0,
+                "floor_us": row.get("floor_us"),
+                "status": status,
+            }
+            if entry.get("status") == "ok":
+                item["single_call_us"] = entry["single_call"]["median"]
+            if entry.get("error") or status == "failed":
+                item["error"] = entry.get("error") or f"check against Triton failed: {entry.get('check')}"
+            out.append(item)
+    return out
+
+
+def write_outputs(result: dict, out_dir: Path, run_id: str) -> tuple[Path, Path | None]:
+    """The raw JSON (every sample) and, when kdakit.results exists, a validated `kernels` record."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    raw = out_dir / RAW_NAME
+    raw.write_text(json.dumps(result, indent=1) + "\n")
+    try:
+        from kdakit import provenance, results
+    except ImportError:  # the results schema is another area's; the raw JSON stands alone
+        return raw, None
+    prov = provenance.gather()
+    env = result["environment"]
+    record = results.new_record(
+        "kernels",
+        run_id=run_id,
+        host=socket.gethostname(),
+        sku=provenance.sku_from_gpus([env["gpu"]]) if env.get("gpu") else "unknown",
+        arm="both",
+        protocol="kernels-bench",
+        metrics={
+            "gpu": env.get("gpu") or "unknown",
+            "rows": normalized_rows(result),
+            "copy_bandwidth_bytes_per_s": result["copy_bandwidth"].get("bytes_per_s"),
+            "versions": env.get("versions", {}),
+        },
+        provenance=prov,
+        notes=result.get("notes", []),
+        artifacts=[RAW_NAME],
+    )
+    record_path = results.write_result(out_dir / RECORD_NAME, record)
+    return raw, record_path
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPU timing
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def measure_copy_bandwidth(nbytes: int = 2 << 30, samples: int = 30) -> dict:
+    """Device-to-device copy, counting bytes read plus written."""
+    torch = _torch()
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    med = statistics.median(times)
+    del src, dst
+    bytes_per_s = 2 * nbytes / (med * 1e-6)
+    return {"bytes": 2 * nbytes, "samples_us": times, "median_us": med, "bytes_per_s": bytes_per_s}
+
+
+class GraphTimer:
+    """Times callables inside CUDA graphs (per-call median over replays) and as single-call replays."""
+
+    def __init__(self, replays: int, single_replays: int, flush_bytes: int = 256 * MIB):
+        torch = _torch()
+        self.replays = replays
+        self.single_replays = single_replays
+        self.flush = torch.empty(flush_bytes // 4, dtype=torch.float32, device="cuda")
+
+    def _capture(self, calls: list[Callable[[], Any]]):
+        torch = _torch()
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            calls[0]()  # one eager call on the capture stream (lazy inits stay out of the graph)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            for call in calls:
+                call()
+        torch.cuda.synchronize()
+        return graph
+
+    def per_call(self, calls: list[Callable[[], Any]]) -> list[float]:
+        torch = _torch()
+        graph = self._capture(calls)
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(self.replays)
+        ]
+        for start, end in events:
+            start.record()
+            graph.replay()
+            end.record()
+        torch.cuda.synchronize()
+        samples = [start.elapsed_time(end) * 1e3 / len(calls) for start, end in events]
+        del graph
+        return samples
+
+    def single_call(self, call: Callable[[], Any]) -> list[float]:
+        torch = _torch()
+        graph = self._capture([call])
+        graph.replay()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(self.single_replays):
+            self.flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e3)
+        del graph
+        return samples
+
+
+def rel_err(x, ref) -> float:
+    torch = _torch()
+    x64, r64 = x.detach().double(), ref.detach().double()
+    if not torch.isfinite(x64).all():
+        return math.inf
+    denom = torch.linalg.vector_norm(r64).item()
+    return torch.linalg.vector_norm(x64 - r64).item() / (denom if denom > 0 else 1.0)
+
+
+TOLERANCES = {  # relative L2 error vs SGLang's Triton kernel
+    "out": 2e-2,  # bf16 outputs
+    "state": 1e-4,  # fp32 recurrent state and snapshots (decode/verify)
+    "prefill_state": 2e-2,  # chunked prefill: bf16 intermediates
+}
+
+
+def _check(errors: dict[str, float], tolerance: dict[str, float], extra: dict | None = None) -> dict:
+    ok = all(errors[k] <= tolerance[k] for k in errors)
+    result = {"ok": ok and all((extra or {}).values()), "rel_err": errors, "tolerance": tolerance}
+    if extra:
+        result.update(extra)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Kernel arms
+
+
+def load_arms(upstream_source: str = "auto") -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """(callables, why-missing, info). Keys: decode/verify/prefill arm ids as in ARMS."""
+    from kdakit.kernels import upstream
+
+    found: dict[str, Any] = {}
+    missing: dict[str, str] = {}
+    info: dict[str, Any] = {}
+    try:
+        up = upstream.load(upstream_source)
+        info["upstream_source"] = up.source
+        info["upstream_missing"] = up.missing
+        found["decode:triton"] = up.triton_recurrent
+        found["verify:triton"] = up.triton_recurrent
+        found["decode:triton-packed"] = up.triton_packed_decode
+        found["decode:triton-packed-dispatch"] = up.triton_packed_decode_dispatch
+        found["prefill:triton"] = up.triton_chunk_kda
+        found["decode:helion-upstream"] = up.helion_packed_decode
+        found["verify:helion-upstream"] = up.helion_verify
+        found["prefill:helion-upstream"] = up.helion_chunk_kda
+        for key in [k for k, v in found.items() if v is None]:
+            del found[key]
+            missing[key] = "; ".join(f"{k}: {v}" for k, v in up.missing.items()) or "not importable"
+    except Exception as exc:
+        for phase, arms in ARMS.items():
+            for arm in arms:
+                if not arm.endswith("kdakit"):
+                    missing[f"{phase}:{arm}"] = f"SGLang kernels unavailable: {type(exc).__name__}: {exc}"
+    for phase, module, attr in (
+        ("decode", "kdakit.kernels.decode", "helion_fused_recurrent_kda_packed_decode"),
+        ("verify", "kdakit.kernels.verify", "helion_kda_verify"),
+        ("prefill", "kdakit.kernels.prefill", "chunk_kda"),
+    ):
+        try:
+            import importlib
+
+            found[f"{phase}:helion-kdakit"] = getattr(importlib.import_module(module), attr)
+        except Exception as exc:
+            missing[f"{phase}:helion-kdakit"] = f"{type(exc).__name__}: {exc}"
+    return found, missing, info
+
+
+def _decode_inputs(cfg: BenchConfig, batch: int, sets: int, gen):
+    torch = _torch()
+    H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
+    dim = 2 * H * K + HV * V
+    return [
+        {
+            "mixed_qkv": torch.randn(batch, dim, device="cuda", dtype=torch.bfloat16, generator=gen),
+            "a": torch.randn(batch, HV * K, device="cuda", dtype=torch.bfloat16, generator=gen),
+            "b": torch.randn(batch, HV, device="cuda", dtype=torch.bfloat16, generator=gen),
+            "out": torch.empty(batch, 1, HV, V, device="cuda", dtype=torch.bfloat16),
+        }
+        for _ in range(sets)
+    ]
+
+
+def _params(cfg: BenchConfig, gen):
+    torch = _torch()
+    HV, K = cfg.value_heads, cfg.head_dim
+    A_log = torch.log(torch.empty(HV, device="cuda").uniform_(1.0, 16.0, generator=gen))
+    dt_bias = torch.randn(HV * K, device="cuda", generator=gen) * 0.5
+    return A_log.float().contiguous(), dt_bias.float().contiguous()
+
+
+def decode_call(arm: str, fn, cfg: BenchConfig, x: dict, A_log, dt_bias, pool, idx, qsl):
+    """One decode call the way SGLang's adapters make it."""
+    H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
+    scale = K**-0.5
+    if arm == "triton":  # TritonKDAKernel.decode: q/k/v are views of the packed projection
+        batch = x["mixed_qkv"].shape[0]
+        q, k, v = x["mixed_qkv"].split([H * K, H * K, HV * V], dim=-1)
+        q = q.unflatten(-1, (H, K)).unsqueeze(0)
+        k = k.unflatten(-1, (H, K)).unsqueeze(0)
+        v = v.unflatten(-1, (HV, V)).unsqueeze(0)
+        o = fn(
+            A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=x["a"], b=x["b"],
+            initial_state_source=pool, initial_state_indices=idx, cu_seqlens=qsl,
+            use_qk_l2norm_in_kernel=True, softplus_beta=1.0, softplus_threshold=20.0,
+            is_kda=True, lower_bound=cfg.lower_bound,
+        )  # fmt: skip
+        return o.reshape(batch, HV, V)
+    fn(
+        mixed_qkv=x["mixed_qkv"], a=x["a"], b=x["b"], A_log=A_log, dt_bias=dt_bias, scale=scale,
+        initial_state=pool, out=x["out"], ssm_state_indices=idx, use_qk_l2norm_in_kernel=True,
+        lower_bound=cfg.lower_bound,
+    )  # fmt: skip
+    return x["out"].reshape(x["out"].shape[0], HV, V)
+
+
+def verify_call(arm: str, fn, cfg: BenchConfig, x: dict, A_log, dt_bias, pool, idx, rows, qsl, snapshots):
+    H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
+    q, k, v = x["mixed_qkv"].split([H * K, H * K, HV * V], dim=-1)
+    q = q.unflatten(-1, (H, K)).unsqueeze(0)
+    k = k.unflatten(-1, (H, K)).unsqueeze(0)
+    v = v.unflatten(-1, (HV, V)).unsqueeze(0)
+    common = dict(
+        A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=x["a"], b=x["b"],
+        intermediate_states_buffer=snapshots, intermediate_state_indices=rows,
+        cache_steps=cfg.draft_tokens, retrieve_parent_token=None, lower_bound=cfg.lower_bound,
+    )  # fmt: skip
+    if arm == "triton":  # TritonKDAKernel.target_verify
+        o = fn(
+            initial_state_source=pool, initial_state_indices=idx, cu_seqlens=qsl,
+            use_qk_l2norm_in_kernel=True, softplus_beta=1.0, softplus_threshold=20.0, is_kda=True,
+            disable_state_update=True, **common,
+        )  # fmt: skip
+    else:  # HelionKDAKernel.target_verify
+        o = fn(ssm_states=pool, cache_indices=idx, query_start_loc=qsl, **common)
+    return o.reshape(-1, HV, V)
+
+
+def prefill_call(fn, cfg: BenchConfig, x: dict, A_log, dt_bias, pool, idx, cu):
+    """HelionKDAKernel/TritonKDAKernel.extend: q/k/v views of the conv output, o written into v."""
+    H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
+    q, k, v = x["qkv"].split([H * K, H * K, HV * V], dim=-1)
+    q = q.unflatten(-1, (H, K)).unsqueeze(0)
+    k = k.unflatten(-1, (H, K)).unsqueeze(0)
+    v = v.unflatten(-1, (HV, V)).unsqueeze(0)
+    out = fn(
+        q=q, k=k, v=v, g=x["g"], beta=x["beta"], initial_state=pool, initial_state_indices=idx,
+        use_qk_l2norm_in_kernel=True, cu_seqlens=cu, A_log=A_log, dt_bias=dt_bias,
+        lower_bound=cfg.lower_bound, beta_is_raw=True, output_intermediate_states=False,
+    )  # fmt: skip
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _warm(fn: Callable[[], Any], times: int = 4) -> None:
+    torch = _torch()
+    for _ in range(times):
+        fn()
+    torch.cuda.synchronize()
+
+
+def _arm_entry(status: str, **kw) -> dict:
+    return {"status": status, **kw}
+
+
+def bench_decode(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer: GraphTimer, gen) -> dict:
+    torch = _torch()
+    H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
+    state_bytes = _state_bytes(HV, K, V)
+    pool_slots = max(cfg.pool_bytes // state_bytes, 4 * batch)
+    n_calls = calls_per_graph(batch, state_bytes)
+    A_log, dt_bias = _params(cfg, gen)
+    pool = torch.randn(pool_slots, HV, V, K, device="cuda", generator=gen) * 0.05
+    sets = slot_sets(pool_slots, batch, n_calls, cfg.seed + batch)
+    idx = [torch.tensor(s, dtype=torch.int32, device="cuda") for s in sets]
+    inputs = _decode_inputs(cfg, batch, min(n_calls, 64), gen)
+    qsl = torch.arange(batch + 1, dtype=torch.int32, device="cuda")
+    nbytes = decode_bytes(batch, H, HV, K, V)
+    row = dict(phase="decode", shape=f"{batch}x1", shape_label=f"{batch} × 1", batch=batch, tokens=1)
+    row.update(bytes=nbytes, calls_per_graph=n_calls, pool_slots=pool_slots, arms={})
+
+    # Check every arm against Triton on its own copy of a few slots, outputs poisoned first.
+    check_pool = pool[: 2 * batch].clone()
+    check_idx = torch.arange(batch, 2 * batch, dtype=torch.int32, device="cuda").flip(0).contiguous()
+    reference = None
+    for arm in ARMS["decode"]:
+        key = f"decode:{arm}"
+        if key not in arms:
+            row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
+            continue
+        fn = arms[key]
+        try:
+            state = check_pool.clone()
+            inputs[0]["out"].fill_(float("nan"))
+            out = decode_call(arm, fn, cfg, inputs[0], A_log, dt_bias, state, check_idx, qsl).clone()
+            torch.cuda.synchronize()
+            if reference is None:
+                reference = (out, state)
+                check = _check({"out": 0.0, "state": 0.0}, TOLERANCES, {"reference": True})
+            else:
+                untouched = bool(torch.equal(state[:batch], check_pool[:batch]))
+                check = _check(
+                    {"out": rel_err(out, reference[0]), "state": rel_err(state, reference[1])},
+                    {"out": TOLERANCES["out"], "state": TOLERANCES["state"]},
+                    {"other_slots_untouched": untouched},
+                )
+
+            def make(i, arm=arm, fn=fn):
+                x = inputs[i % len(inputs)]
+                return lambda: decode_call(arm, fn, cfg, x, A_log, dt_bias, pool, idx[i], qsl)
+
+            calls = [make(i) for i in range(n_calls)]
+            _warm(calls[0])
+            per_call = timer.per_call(calls)
+            single = timer.single_call(calls[0])
+            row["arms"][arm] = _arm_entry(
+                "ok", check=check, per_call=summarize(per_call), single_call=summarize(single),
+                samples_us=per_call, single_samples_us=single,
+            )  # fmt: skip
+        except Exception as exc:
+            # SGLang's CUDA-JIT toolchain is absent from the extracted kernel tree: not a kernel failure.
+            status = "missing" if type(exc).__name__ == "CudaJitUnavailable" else "failed"
+            row["arms"][arm] = _arm_entry(status, error=f"{type(exc).__name__}: {exc}"[:2000])
+            if arm == "triton":
+                reference = None
+    return row
+
+
+def bench_verify(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer: GraphTimer, gen) -> dict:
+    torch = _torch()
+    H, HV, K, V, T = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim, cfg.draft_tokens
+    state_bytes = _state_bytes(HV, K, V)
+    pool_slots = max(cfg.pool_bytes // state_bytes, 4 * batch)
+    n_calls = calls_per_graph(batch, state_bytes * (1 + T))
+    A_log, dt_bias = _params(cfg, gen)
+    pool = torch.randn(pool_slots, HV, V, K, device="cuda", generator=gen) * 0.05
+    sets = slot_sets(pool_slots, batch, n_calls, cfg.seed + 1000 + batch)
+    idx = [torch.tensor(s, dtype=torch.int32, device="cuda") for s in sets]
+    # Snapshot rows rotate too, over >= L2_COLD_BYTES of scratch.
+    row_sets = max(1, math.ceil(L2_COLD_BYTES / (batch * T * state_bytes)))
+    snapshots = torch.empty(row_sets * batch, T, HV, V, K, device="cuda")
+    rows = [
+        torch.arange((i % row_sets) * batch, (i % row_sets + 1) * batch, dtype=torch.int32, device="cuda")
+        for i in range(n_calls)
+    ]
+    inputs = [
+        {
+            "mixed_qkv": torch.randn(batch * T, 2 * H * K + HV * V, device="cuda", dtype=torch.bfloat16,
+                                     generator=gen),
+            "a": torch.randn(batch * T, HV * K, device="cuda", dtype=torch.bfloat16, generator=gen),
+            "b": torch.randn(batch * T, HV, device="cuda", dtype=torch.bfloat16, generator=gen),
+        }
+        for _ in range(min(n_calls, 32))
+    ]  # fmt: skip
+    qsl = torch.arange(0, batch * T + 1, T, dtype=torch.int32, device="cuda")
+    nbytes = verify_bytes(batch, T, H, HV, K, V)
+    row = dict(phase="verify", shape=f"{batch}x{T}", shape_label=f"{batch} × {T}", batch=batch, tokens=T)
+    row.update(bytes=nbytes, calls_per_graph=n_calls, pool_slots=pool_slots, arms={})
+
+    check_idx = idx[0]
+    check_rows = rows[0]
+    pool_before = pool[check_idx.long()].clone()
+    reference = None
+    for arm in ARMS["verify"]:
+        key = f"verify:{arm}"
+        if key not in arms:
+            row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
+            continue
+        fn = arms[key]
+        try:
+            snapshots.fill_(float("nan"))
+            out = verify_call(arm, fn, cfg, inputs[0], A_log, dt_bias, pool, check_idx, check_rows, qsl,
+                              snapshots).clone()  # fmt: skip
+            snaps = snapshots[check_rows.long()].clone()
+            torch.cuda.synchronize()
+            pool_untouched = bool(torch.equal(pool[check_idx.long()], pool_before))
+            if reference is None:
+                reference = (out, snaps)
+                check = _check({"out": 0.0, "state": 0.0}, TOLERANCES,
+                               {"reference": True, "pool_untouched": pool_untouched})  # fmt: skip
+            else:
+                check = _check(
+                    {"out": rel_err(out, reference[0]), "state": rel_err(snaps, reference[1])},
+                    {"out": TOLERANCES["out"], "state": TOLERANCES["state"]},
+                    {"pool_untouched": pool_untouched},
+                )
+
+            def make(i, arm=arm, fn=fn):
+                x = inputs[i % len(inputs)]
+                r, slots = rows[i], idx[i]
+                return lambda: verify_call(arm, fn, cfg, x, A_log, dt_bias, pool, slots, r, qsl, snapshots)
+
+            calls = [make(i) for i in range(n_calls)]
+            _warm(calls[0])
+            per_call = timer.per_call(calls)
+            single = timer.single_call(calls[0])
+            row["arms"][arm] = _arm_entry(
+                "ok", check=check, per_call=summarize(per_call), single_call=summarize(single),
+                samples_us=per_call, single_samples_us=single,
+            )  # fmt: skip
+        except Exception as exc:
+            row["arms"][arm] = _arm_entry("failed", error=f"{type(exc).__name__}: {exc}"[:2000])
+            if arm == "triton":
+                reference = None
+    return row
+
+
+def bench_prefill(cfg: BenchConfig, shape: tuple[int, int], arms: dict, missing: dict, timer: GraphTimer,
+                  gen, calls: int = 8) -> dict:  # fmt: skip
+    torch = _torch()
+    H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
+    batch, tokens = shape
+    total = batch * tokens
+    A_log, dt_bias = _params(cfg, gen)
+    dim = 2 * H * K + HV * V
+    qkv0 = torch.randn(total, dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    x = {
+        "qkv": qkv0.clone(),
+        "g": torch.randn(1, total, HV, K, device="cuda", dtype=torch.bfloat16, generator=gen),
+        "beta": torch.randn(1, total, HV, device="cuda", dtype=torch.bfloat16, generator=gen),
+    }
+    pool_slots = 4 * batch
+    pool0 = torch.randn(pool_slots, HV, V, K, device="cuda", generator=gen) * 0.05
+    pool = pool0.clone()
+    idx = torch.arange(batch, 2 * batch, dtype=torch.int32, device="cuda")
+    cu = torch.arange(0, total + 1, tokens, dtype=torch.int32, device="cuda")
+    nbytes = prefill_bytes(batch, tokens, H, HV, K, V)
+    row = dict(phase="prefill", shape=f"{batch}x{tokens}", shape_label=f"{batch} × {tokens}", batch=batch)
+    row.update(tokens=tokens, bytes=nbytes, calls_per_graph=calls, arms={})
+
+    def restore():
+        x["qkv"].copy_(qkv0)
+
+    restore_samples = timer.per_call([restore] * calls)
+    row["restore"] = summarize(restore_samples)
+    restore_median = row["restore"]["median"]
+    reference = None
+    for arm in ARMS["prefill"]:
+        key = f"prefill:{arm}"
+        if key not in arms:
+            row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
+            continue
+        fn = arms[key]
+        try:
+            restore()
+            pool.copy_(pool0)
+            out = prefill_call(fn, cfg, x, A_log, dt_bias, pool, idx, cu).clone()
+            state = pool[idx.long()].clone()
+            torch.cuda.synchronize()
+            if reference is None:
+                reference = (out, state)
+                check = _check({"out": 0.0, "prefill_state": 0.0}, TOLERANCES, {"reference": True})
+            else:
+                check = _check(
+                    {"out": rel_err(out, reference[0]), "prefill_state": rel_err(state, reference[1])},
+                    {"out": TOLERANCES["out"], "prefill_state": TOLERANCES["prefill_state"]},
+                )
+
+            def call(fn=fn):
+                restore()
+                prefill_call(fn, cfg, x, A_log, dt_bias, pool, idx, cu)
+
+            _warm(call)
+            with_restore = timer.per_call([call] * calls)
+            per_call = [s - restore_median for s in with_restore]
+            row["arms"][arm] = _arm_entry(
+                "ok", check=check, per_call=summarize(per_call), single_call=summarize([]),
+                samples_us=per_call, with_restore_us=with_restore,
+            )  # fmt: skip
+        except Exception as exc:
+            row["arms"][arm] = _arm_entry("failed", error=f"{type(exc).__name__}: {exc}"[:2000])
+            if arm == "triton":
+                reference = None
+    return row
+
+
+def environment() -> dict:
+    torch = _torch()
+    from importlib import metadata
+
+    from kdakit import pins
+
+    versions = {"python": platform.python_version()}
+    for dist in ("torch", "triton", "helion", "sglang"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    props = torch.cuda.get_device_properties(0)
+    driver = None
+    try:
+        import subprocess
+
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        ).stdout.strip().splitlines()[0]  # fmt: skip
+    except Exception:
+        pass
+    pinned = pins.load()["packages"]
+    return {
+        "gpu": torch.cuda.get_device_name(0),
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": getattr(props, "L2_cache_size", None),
+        "capability": f"{props.major}.{props.minor}",
+        "driver": driver,
+        "cuda": torch.version.cuda,
+        "versions": versions,
+        "pins": {k: pinned.get(k) for k in ("torch", "triton", "helion", "sglang")},
+        "pins_match": all(
+            versions.get(k) and versions[k].split("+")[0] == pinned.get(k)
+            for k in ("torch", "triton", "helion")
+        ),
+        "hostname": socket.gethostname(),
+    }
+
+
+def run(cfg: BenchConfig, upstream_source: str = "auto", log: Callable[[str], None] = print) -> dict:
+    torch = _torch()
+    if not torch.cuda.is_available():
+        raise UsageError("kdakit kernels bench needs an NVIDIA GPU (torch.cuda.is_available() is False)")
+    started = time.time()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(cfg.seed)
+    arms, missing, info = load_arms(upstream_source)
+    log(f"arms: {sorted(arms)}; missing: {sorted(missing)}")
+    env = environment()
+    log(f"GPU {env['gpu']}, driver {env['driver']}, versions {env['versions']}")
+    bandwidth = measure_copy_bandwidth()
+    log(f"copy bandwidth {bandwidth['bytes_per_s'] / 1e12:.2f} TB/s")
+    timer = GraphTimer(cfg.replays, cfg.single_replays)
+    rows = []
+    for phase in cfg.phases:
+        if phase == "prefill":
+            cases = [(bench_prefill, s) for s in cfg.prefill_shapes]
+        elif phase == "decode":
+            cases = [(bench_decode, b) for b in cfg.decode_batches]
+        else:
+            cases = [(bench_verify, b) for b in cfg.verify_batches]
+        for bench, shape in cases:
+            t0 = time.time()
+            row = bench(cfg, shape, arms, missing, timer, gen)
+            row["floor_us"] = floor_us(row["bytes"], bandwidth["bytes_per_s"])
+            rows.append(row)
+            cells = {
+                a: (round(e["per_call"]["median"], 2) if e["status"] == "ok" else e["status"])
+                for a, e in row["arms"].items()
+            }
+            log(f"{phase} {row['shape_label']}: {cells} ({time.time() - t0:.1f} s)")
+            torch.cuda.empty_cache()
+    notes = []
+    if not env["pins_match"]:
+        notes.append(
+            f"ran with torch {env['versions']['torch']}, triton {env['versions']['triton']}, "
+            f"helion {env['versions']['helion']}, not the pins"
+        )
+    return {
+        "kind": "kdakit.kernels-bench",
+        "version": 1,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "duration_s": time.time() - started,
+        "config": dataclasses.asdict(cfg),
+        "method": {
+            "per_call": "median over replays of a CUDA graph of calls_per_graph back-to-back calls, / N",
+            "rotation": f"slot sets disjoint per call; one graph cycle touches >= {L2_COLD_BYTES // MIB} MiB",
+            "single_call": "one call per graph, L2 flushed (256 MiB write) before each timed replay",
+            "prefill": "each call preceded by an in-graph restore of the packed qkv, its median subtracted",
+            "check": f"relative L2 error vs SGLang Triton before timing; tolerances {TOLERANCES}",
+        },
+        "environment": env,
+        "upstream": info,
+        "copy_bandwidth": bandwidth,
+        "rows": rows,
+        "notes": notes,
+    }
+
+
+def any_failure(result: dict) -> bool:
+    return any(
+        entry.get("status") == "failed" or not entry.get("check", {}).get("ok", True)
+        for row in result["rows"]
+        for entry in row["arms"].values()
+    )

@@ -1,0 +1,130 @@
+"""`kdakit kernels ...`: the microbenchmark, SGLang's kernels from the pinned wheel, the integration patch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kdakit.errors import UsageError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("kernels", help="KDA kernel microbenchmark, upstream kernels, SGLang patch")
+    kernels = parser.add_subparsers(dest="kernels_command", required=True, metavar="SUBCOMMAND")
+
+    bench = kernels.add_parser(
+        "bench",
+        help="time SGLang's Triton and Helion KDA kernels and kdakit's on one GPU (the PR's table)",
+        description="Decode, verify and prefill on one GPU: CUDA-graph per-call medians, L2-cold slot "
+        "rotation, outputs checked against SGLang's Triton, HBM floor from the measured copy bandwidth.",
+    )
+    bench.add_argument("--phases", default="prefill,decode,verify", help="subset of prefill,decode,verify")
+    bench.add_argument("--decode-batches", default="1,16,48")
+    bench.add_argument("--verify-batches", default="1,16,48")
+    bench.add_argument("--draft-tokens", type=int, default=6)
+    bench.add_argument("--prefill-shapes", default="1x4096,1x8192,2x4096", help="BATCHxTOKENS,...")
+    bench.add_argument("--heads", type=int, default=16)
+    bench.add_argument("--head-dim", type=int, default=128, help="K = V")
+    bench.add_argument("--lower-bound", type=float, default=-5.0, help="bounded gate (GLM-5.3: -5)")
+    bench.add_argument("--replays", type=int, default=100, help="timed graph replays per arm (>= 60)")
+    bench.add_argument(
+        "--upstream",
+        choices=("auto", "installed", "extracted"),
+        default="auto",
+        help="SGLang's kernels: the installed package, or extracted from the pinned wheel",
+    )
+    bench.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
+    bench.add_argument("--run-id", default=None, help="default: kernels-<UTC time>")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.set_defaults(func=cmd_bench)
+
+    fetch = kernels.add_parser(
+        "fetch-upstream",
+        help="extract SGLang's KDA kernel modules from the pinned wheel (pip download if needed)",
+    )
+    fetch.add_argument("--dest", default=None, help="default: $KDAKIT_UPSTREAM_DIR or ~/.cache/kdakit/")
+    fetch.add_argument("--wheel", default=None, help="a local sglang wheel (else found or downloaded)")
+    fetch.add_argument("--force", action="store_true", help="extract again even if present")
+    fetch.set_defaults(func=cmd_fetch)
+
+    patch = kernels.add_parser(
+        "patch",
+        help="apply (or --check) the patch that makes SGLang's Helion KDA backend call kdakit's kernels",
+    )
+    patch.add_argument("--site-packages", default=None, help="default: where sglang is installed")
+    patch.add_argument("--check", action="store_true", help="only report: applies, applied or conflict")
+    patch.add_argument("--resolve", action="store_true", help="print which modules SGLang's entry points use")
+    patch.set_defaults(func=cmd_patch)
+
+
+def _positive(value: int, name: str, minimum: int = 1) -> int:
+    if value < minimum:
+        raise UsageError(f"--{name} must be >= {minimum} (got {value})")
+    return value
+
+
+def config_from_args(args: argparse.Namespace):
+    from kdakit.kernels import bench
+
+    return bench.BenchConfig(
+        phases=bench.parse_phases(args.phases),
+        decode_batches=bench.parse_int_list(args.decode_batches, "decode-batches"),
+        verify_batches=bench.parse_int_list(args.verify_batches, "verify-batches"),
+        draft_tokens=_positive(args.draft_tokens, "draft-tokens"),
+        prefill_shapes=bench.parse_prefill_shapes(args.prefill_shapes),
+        heads=_positive(args.heads, "heads"),
+        value_heads=_positive(args.heads, "heads"),
+        head_dim=_positive(args.head_dim, "head-dim"),
+        lower_bound=args.lower_bound,
+        replays=_positive(args.replays, "replays", 60),
+        seed=args.seed,
+    )
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kdakit.kernels import bench
+
+    cfg = config_from_args(args)
+    run_id = args.run_id or datetime.now(UTC).strftime("kernels-%Y%m%d-%H%M%S")
+    out_dir = Path(args.results_dir) / run_id / socket.gethostname()
+    result = bench.run(
+        cfg, upstream_source=args.upstream, log=lambda m: print(m, file=sys.stderr, flush=True)
+    )
+    raw, record = bench.write_outputs(result, out_dir, run_id)
+    print(bench.render_table(result))
+    print(f"\nwrote {raw}" + (f" and {record}" if record else ""))
+    return 1 if bench.any_failure(result) else 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from kdakit.kernels import upstream
+
+    wheel = Path(args.wheel) if args.wheel else None
+    if wheel is not None and not wheel.is_file():
+        raise UsageError(f"--wheel {wheel}: no such file")
+    dest = upstream.extract(Path(args.dest) if args.dest else None, wheel=wheel, force=args.force)
+    info = json.loads((dest / upstream.MARKER).read_text())
+    print(f"SGLang {info['sglang']} KDA kernels ({len(info['files'])} files from {info['wheel']}) in {dest}")
+    return 0
+
+
+def cmd_patch(args: argparse.Namespace) -> int:
+    from kdakit.kernels import integration
+
+    site = Path(args.site_packages) if args.site_packages else integration.site_packages_of_sglang()
+    if not (site / integration.ADAPTER).is_file():
+        raise UsageError(f"{site} holds no SGLang Helion KDA adapter ({integration.ADAPTER})")
+    if args.check:
+        state = integration.check(site)
+        print(f"{integration.patch_file().name}: {state} ({site})")
+        return 0 if state in ("applies", "applied") else 1
+    if not args.resolve:
+        written = integration.apply(site)
+        print(f"patched {', '.join(map(str, written))}" if written else f"already patched: {site}")
+        return 0
+    print(json.dumps(integration.resolve(), indent=1))
+    return 0

@@ -1,0 +1,18 @@
+# Kernel targets (included by the root Makefile).
+
+KERNELS_RESULTS ?= results
+KERNELS_RUN_ID ?=
+KERNELS_PHASES ?= prefill,decode,verify
+KERNELS_UPSTREAM ?= auto
+
+.PHONY: kernels-bench kernels-fetch-upstream kernels-patch-check
+
+kernels-bench: ## Time SGLang's Triton/Helion KDA kernels vs kdakit's on one GPU; prints the PR's table, writes JSON. Vars: KERNELS_PHASES=prefill,decode,verify KERNELS_RESULTS=results KERNELS_RUN_ID= KERNELS_UPSTREAM=auto|installed|extracted
+	$(KDAKIT) kernels bench --phases $(KERNELS_PHASES) --results-dir $(KERNELS_RESULTS) \
+	  --upstream $(KERNELS_UPSTREAM) $(if $(KERNELS_RUN_ID),--run-id $(KERNELS_RUN_ID))
+
+kernels-fetch-upstream: ## Extract SGLang's KDA kernel modules from the pinned wheel (pip download if missing) into ~/.cache/kdakit
+	$(KDAKIT) kernels fetch-upstream
+
+kernels-patch-check: ## Check that kdakit's SGLang patch applies to the installed sglang (or already is)
+	$(KDAKIT) kernels patch --check

@@ -1,0 +1,234 @@
+"""`kdakit kernels bench` and the upstream loader: the pure parts on CPU (byte counts, floors, statistics,
+slot rotation, table, JSON records, CLI errors, SGLang kernels from the pinned wheel); a short GPU run."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+from kdakit.kernels import bench, upstream
+
+from kdakit.cli import main
+
+H = HV = 16
+K = V = 128
+
+
+def test_decode_bytes_match_the_baseline_floor():
+    # h200-baseline.md: decode B = 48 moves ~101.7 MB -> ~23.6 µs at 4.3 TB/s
+    nbytes = bench.decode_bytes(48, H, HV, K, V)
+    assert nbytes == pytest.approx(101.7e6, rel=2e-3)
+    assert 48 * 2 * HV * V * K * 4 < nbytes  # state read + written, plus the activations
+    assert bench.floor_us(nbytes, 4.3e12) == pytest.approx(23.6, abs=0.05)
+    assert bench.decode_bytes(1, H, HV, K, V) * 48 > nbytes  # parameters are counted once per call
+
+
+def test_verify_bytes_match_the_baseline_floor():
+    # h200-baseline.md: verify 48x6 ~358 MB (~83 µs), 16x6 ~119 MB (~28 µs)
+    assert bench.verify_bytes(48, 6, H, HV, K, V) == pytest.approx(358e6, rel=3e-3)
+    assert bench.verify_bytes(16, 6, H, HV, K, V) == pytest.approx(119e6, rel=5e-3)
+    assert bench.floor_us(bench.verify_bytes(48, 6, H, HV, K, V), 4.3e12) == pytest.approx(83.3, abs=0.3)
+
+
+def test_prefill_bytes_scale_with_tokens():
+    one = bench.prefill_bytes(1, 4096, H, HV, K, V)
+    assert bench.prefill_bytes(1, 8192, H, HV, K, V) - one == pytest.approx(
+        one - 2 * HV * V * K * 4 - 16 * 129 * 4
+    )
+    assert bench.floor_us(one, None) is None
+
+
+def test_change_and_summary():
+    assert bench.change(7.0, 10.0) == pytest.approx(-0.3)
+    assert bench.change(None, 10.0) is None and bench.change(1.0, 0.0) is None
+    s = bench.summarize([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert s == {"n": 5, "median": 3.0, "p20": 1.8, "p80": 4.2, "min": 1.0}
+    assert bench.summarize([])["median"] is None
+
+
+def test_rotation_keeps_l2_cold():
+    state = HV * V * K * 4  # 1 MiB per slot
+    for batch in (1, 16, 48):
+        n = bench.calls_per_graph(batch, state)
+        assert n >= 32 and n * batch * state >= bench.L2_COLD_BYTES
+        sets = bench.slot_sets(512, batch, n, seed=batch)
+        assert len(sets) == n and all(len(s) == batch == len(set(s)) for s in sets)
+        distinct = 512 // batch
+        for i in range(min(n, distinct) - 1):
+            assert not set(sets[i]) & set(sets[i + 1])  # consecutive calls touch different slots
+        window = {slot for s in sets[: min(n, distinct)] for slot in s}
+        assert len(window) * state >= bench.L2_COLD_BYTES  # one cycle of distinct state exceeds L2
+    with pytest.raises(Exception, match="exceeds the state pool"):
+        bench.slot_sets(8, 16, 4, seed=0)
+
+
+def _entry(median: float, ok: bool = True) -> dict:
+    stats = bench.summarize([median] * 60)
+    return {"status": "ok", "check": {"ok": ok}, "per_call": stats, "single_call": stats, "samples_us": []}
+
+
+def _result() -> dict:
+    rows = [
+        {
+            "phase": "decode",
+            "shape": "48x1",
+            "shape_label": "48 × 1",
+            "floor_us": 23.6,
+            "arms": {
+                "triton": _entry(35.8),
+                "triton-packed": _entry(32.6),
+                "triton-packed-dispatch": {"status": "missing", "error": "CudaJitUnavailable: no toolchain"},
+                "helion-upstream": _entry(28.75),
+                "helion-kdakit": _entry(25.0),
+            },
+        },
+        {
+            "phase": "verify",
+            "shape": "16x6",
+            "shape_label": "16 × 6",
+            "floor_us": 28.0,
+            "arms": {
+                "triton": _entry(39.55),
+                "helion-upstream": _entry(43.9),
+                "helion-kdakit": {"status": "failed", "error": "ValueError: boom"},
+            },
+        },
+    ]
+    return {
+        "rows": rows,
+        "copy_bandwidth": {"bytes_per_s": 4.3e12},
+        "environment": {"gpu": "NVIDIA H200", "versions": {"torch": "2.11.0+cu130"}},
+        "notes": ["ran with torch 2.11.0+cu130, not the pins"],
+    }
+
+
+def test_table_has_the_pr_columns_changes_and_floor():
+    table = bench.render_table(_result())
+    lines = table.splitlines()
+    header = next(line for line in lines if line.startswith("| phase | shape | Triton |"))
+    assert "| Helion (kdakit) | change |" in header and "HBM floor" in header
+    decode = next(line for line in lines if line.startswith("| decode | 48 × 1 |"))
+    cells = [c.strip() for c in decode.strip("|").split("|")]
+    assert cells == ["decode", "48 × 1", "35.80", "25.00", "-30.2 %", "28.75", "-19.7 %", "23.60", "1.06×"]
+    verify = next(line for line in lines if line.startswith("| verify | 16 × 6 |"))
+    assert "FAIL" in verify and "+11.0 %" in verify
+    assert any("n/a" in line for line in lines if "dispatch" in line)
+    assert "verify 16 × 6 helion-kdakit: ValueError: boom" in table
+
+
+def test_normalized_record_validates_against_the_results_schema(tmp_path):
+    results = pytest.importorskip("kdakit.results")
+    result = _result()
+    rows = bench.normalized_rows(result)
+    assert len(rows) == 8
+    kdakit_verify = next(r for r in rows if r["phase"] == "verify" and r["variant"] == "helion-kdakit")
+    assert kdakit_verify == {
+        "phase": "verify",
+        "shape": "16x6",
+        "arm": "helion",
+        "variant": "helion-kdakit",
+        "median_us": None,
+        "samples": 0,
+        "floor_us": 28.0,
+        "status": "failed",
+        "error": "ValueError: boom",
+    }
+    raw, record_path = bench.write_outputs(result, tmp_path, "kernels-test")
+    assert json.loads(raw.read_text())["rows"][0]["shape"] == "48x1"
+    record = results.read_result(record_path)
+    assert record["kind"] == "kernels" and record["arm"] == "both"
+    assert {r["variant"] for r in record["metrics"]["rows"]} >= {"triton", "helion-kdakit", "helion-upstream"}
+
+
+def test_a_failed_check_counts_as_failure():
+    result = _result()
+    assert bench.any_failure(result)  # the failed kdakit verify
+    result["rows"][1]["arms"]["helion-kdakit"] = _entry(30.0, ok=False)
+    assert bench.any_failure(result)
+    assert bench.normalized_rows(result)[-1]["status"] == "failed"
+    result["rows"][1]["arms"]["helion-kdakit"] = _entry(30.0)
+    assert not bench.any_failure(result)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--phases", "decode,train"], "--phases: expected a subset"),
+        (["--decode-batches", "1,x"], "--decode-batches: expected comma-separated integers"),
+        (["--verify-batches", "0"], "--verify-batches: expected positive integers"),
+        (["--prefill-shapes", "4096"], "--prefill-shapes: expected BATCHxTOKENS"),
+        (["--replays", "10"], "--replays must be >= 60"),
+    ],
+)
+def test_cli_rejects_bad_input_in_one_line(argv, message, capsys):
+    assert main(["kernels", "bench", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_cli_bench_without_gpu_says_so(capsys, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(["kernels", "bench", "--phases", "decode"]) == 2
+    assert "needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_upstream_kernels_extract_from_the_pinned_wheel(tmp_path):
+    wheel = upstream.find_wheel(download=True)
+    root = upstream.extract(tmp_path / "tree", wheel=wheel)
+    info = json.loads((root / upstream.MARKER).read_text())
+    assert info["sglang"] == upstream.sglang_version() and len(info["sha256"]) == 64
+    assert "sglang/kernels/ops/attention/helion/kda_verify.py" in info["files"]
+    # Stand-ins only where SGLang's own package files would import all of SGLang; kernel files verbatim.
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as zf:
+        for name in info["files"]:
+            assert (root / name).read_bytes() == zf.read(name)
+    assert "kdakit stand-in" in (root / "sglang/__init__.py").read_text()
+    assert upstream.extract(tmp_path / "tree") == root  # already there: not extracted again
+
+
+def test_upstream_loader_returns_sglangs_entry_points(tmp_path, monkeypatch):
+    monkeypatch.setattr(upstream, "_LOADED", {})
+    kernels = upstream.load("extracted", extract_dir=tmp_path / "tree")
+    try:
+        assert kernels.source.startswith("extracted:")
+        assert kernels.missing == {}
+        assert kernels.helion_packed_decode.__module__ == "sglang.kernels.ops.attention.helion.kda_decode"
+        assert kernels.helion_verify.__module__ == "sglang.kernels.ops.attention.helion.kda_verify"
+        assert kernels.helion_chunk_kda.__module__ == "sglang.kernels.ops.attention.helion.kda_prefill"
+        assert kernels.triton_chunk_kda.__module__ == "sglang.kernels.ops.attention.fla.kda"
+        params = list(inspect.signature(kernels.triton_packed_decode_dispatch).parameters)
+        assert params == list(inspect.signature(kernels.helion_packed_decode).parameters)
+        assert "intermediate_states_buffer" in inspect.signature(kernels.triton_recurrent).parameters
+        dispatch = kernels.modules["triton_cuda_dispatch"]
+        original = dispatch.covered
+        with upstream.cuda_jit_dispatch(kernels, enabled=False):
+            assert dispatch.covered() is False
+        assert dispatch.covered is original
+        with pytest.raises(RuntimeError, match="JIT toolchain"):
+            dispatch._jit_kda_packed_decode_module()
+    finally:
+        upstream._purge_sglang_modules()
+        import sys
+
+        sys.path.remove(str(tmp_path / "tree"))
+
+
+@pytest.mark.gpu
+def test_bench_decode_and_verify_on_gpu(tmp_path):
+    cfg = bench.BenchConfig(phases=("decode", "verify"), decode_batches=(2,), verify_batches=(2,), replays=60)
+    result = bench.run(cfg)
+    assert result["copy_bandwidth"]["bytes_per_s"] > 1e11
+    for row in result["rows"]:
+        triton = row["arms"]["triton"]
+        assert triton["status"] == "ok" and triton["per_call"]["n"] == 60
+        for arm, entry in row["arms"].items():
+            if entry["status"] == "ok":
+                assert entry["check"]["ok"], (row["phase"], arm, entry["check"])
+                assert entry["per_call"]["median"] > 0
+    raw, record = bench.write_outputs(result, tmp_path, "gpu-test")
+    assert raw.is_file()
