@@ -1,0 +1,59 @@
+# Playbook targets (included by the root Makefile). Each runs ansible-playbook with playbooks/ansible.cfg.
+# INVENTORY: the hosts (default: this machine as one H200 host). ARM: triton | helion | helion-upstream.
+# RUN_ID: deploy-* and ab-* make a new one (UTC time) unless given; the other steps reuse the last one
+# (results/LATEST). DRY_RUN=1: check mode with diff, nothing changes. EXTRA: more ansible-playbook args.
+
+INVENTORY ?= playbooks/inventories/localhost.yml
+RUN_ID ?=
+DRY_RUN ?=
+EXTRA ?=
+HOSTS ?= h200:b200
+RESULTS ?= results
+ANSIBLE_PLAYBOOK ?= $(VENV)/bin/ansible-playbook
+NEW_RUN_ID := $(or $(RUN_ID),$(shell date -u +%Y%m%dT%H%M%SZ))
+LAST_RUN_ID = $(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),$(error no RUN_ID given and no $(RESULTS)/LATEST: run make deploy-<sku> first))
+
+# $(call kdakit_playbook,STEP,HOSTS,RUN_ID,ARM)
+kdakit_playbook = ANSIBLE_CONFIG=playbooks/ansible.cfg $(ANSIBLE_PLAYBOOK) -i $(INVENTORY) playbooks/$(1).yml \
+	-e kdakit_hosts=$(2) -e kdakit_run_id=$(3) -e kdakit_arm=$(4) -e kdakit_results_dir=$(abspath $(RESULTS)) \
+	$(if $(DRY_RUN),--check --diff) $(EXTRA)
+kdakit_latest = mkdir -p $(RESULTS) && echo $(1) > $(RESULTS)/LATEST
+
+.PHONY: deploy-h200 deploy-b200 eval-gsm8k bench collect teardown ab-h200 ab-b200 lint-playbooks
+
+deploy-h200: setup ## Preflight, load the image, start the server on the H200 hosts. Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
+	@$(if $(DRY_RUN),,$(call kdakit_latest,$(NEW_RUN_ID)))
+	$(call kdakit_playbook,deploy,h200,$(NEW_RUN_ID),$(ARM))
+
+deploy-b200: setup ## Preflight, load the image, start the server on the B200 hosts. Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
+	@$(if $(DRY_RUN),,$(call kdakit_latest,$(NEW_RUN_ID)))
+	$(call kdakit_playbook,deploy,b200,$(NEW_RUN_ID),$(ARM))
+
+eval-gsm8k: setup ## GSM8K (kdakit eval gsm8k) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
+	$(call kdakit_playbook,eval-gsm8k,$(HOSTS),$(LAST_RUN_ID),$(ARM))
+
+bench: setup ## Serving benchmark (kdakit bench serving) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
+	$(call kdakit_playbook,bench,$(HOSTS),$(LAST_RUN_ID),$(ARM))
+
+collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to results/<run-id>/<host>/. Vars: INVENTORY= ARM=helion RUN_ID=<last>
+	$(call kdakit_playbook,collect,$(HOSTS),$(LAST_RUN_ID),$(ARM))
+
+teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
+	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
+
+# A/B on the same hosts under one run id: every step for the triton arm, then for the helion arm, then the
+# report. A failed step does not stop the rest; the exit status is non-zero when anything failed.
+ab-h200 ab-b200: ab-%: setup ## A/B: triton arm then helion arm on the same hosts, one run id, then kdakit report. Vars: INVENTORY= RUN_ID=<new>
+	@$(call kdakit_latest,$(NEW_RUN_ID))
+	@rc=0; for arm in triton helion; do for step in deploy eval-gsm8k bench collect teardown; do \
+	  echo "== $* $$arm $$step (run $(NEW_RUN_ID))"; \
+	  $(call kdakit_playbook,$$step,$*,$(NEW_RUN_ID),$$arm) || rc=1; \
+	done; done; \
+	$(KDAKIT) report $(RESULTS)/$(NEW_RUN_ID) || rc=1; exit $$rc
+
+lint-playbooks: setup ## yamllint, ansible-lint --offline and a syntax check of every playbook
+	$(VENV)/bin/yamllint -s -c playbooks/.yamllint playbooks
+	cd playbooks && ANSIBLE_CONFIG=ansible.cfg ../$(VENV)/bin/ansible-lint --offline -q
+	for p in deploy eval-gsm8k bench collect teardown site; do \
+	  ANSIBLE_CONFIG=playbooks/ansible.cfg $(ANSIBLE_PLAYBOOK) --syntax-check -i $(INVENTORY) playbooks/$$p.yml || exit 1; \
+	done
