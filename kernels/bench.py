@@ -638,7 +638,7 @@ def bench_decode(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer:
             torch.cuda.synchronize()
             if reference is None:
                 reference = (out, state)
-                check = _check({"out": 0.0, "state": 0.0}, TOLERANCES, {"reference": True})
+                check = _check({"out": 0.0, "state": 0.0}, TOLERANCES, {"reference": arm})
             else:
                 untouched = bool(torch.equal(state[:batch], check_pool[:batch]))
                 check = _check(
@@ -719,7 +719,7 @@ def bench_verify(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer:
             if reference is None:
                 reference = (out, snaps)
                 check = _check({"out": 0.0, "state": 0.0}, TOLERANCES,
-                               {"reference": True, "pool_untouched": pool_untouched})  # fmt: skip
+                               {"reference": arm, "pool_untouched": pool_untouched})  # fmt: skip
             else:
                 check = _check(
                     {"out": rel_err(out, reference[0]), "state": rel_err(snaps, reference[1])},
@@ -791,7 +791,7 @@ def bench_prefill(cfg: BenchConfig, shape: tuple[int, int], arms: dict, missing:
             torch.cuda.synchronize()
             if reference is None:
                 reference = (out, state)
-                check = _check({"out": 0.0, "prefill_state": 0.0}, TOLERANCES, {"reference": True})
+                check = _check({"out": 0.0, "prefill_state": 0.0}, TOLERANCES, {"reference": arm})
             else:
                 check = _check(
                     {"out": rel_err(out, reference[0]), "prefill_state": rel_err(state, reference[1])},
@@ -857,7 +857,13 @@ def environment() -> dict:
     }
 
 
-def run(cfg: BenchConfig, upstream_source: str = "auto", log: Callable[[str], None] = print) -> dict:
+def run(
+    cfg: BenchConfig,
+    upstream_source: str = "auto",
+    log: Callable[[str], None] = print,
+    partial_path: Path | None = None,
+) -> dict:
+    """Run every configured case; with partial_path, the rows so far are rewritten there after each case."""
     torch = _torch()
     if not torch.cuda.is_available():
         raise UsageError("kdakit kernels bench needs an NVIDIA GPU (torch.cuda.is_available() is False)")
@@ -872,7 +878,8 @@ def run(cfg: BenchConfig, upstream_source: str = "auto", log: Callable[[str], No
     log(f"copy bandwidth {bandwidth['bytes_per_s'] / 1e12:.2f} TB/s")
     timer = GraphTimer(cfg.replays, cfg.single_replays)
     rows = []
-    for phase in cfg.phases:
+    # Decode and verify first (the targets), prefill last; rows are reported in the PR's order.
+    for phase in sorted(cfg.phases, key=("decode", "verify", "prefill").index):
         if phase == "prefill":
             cases = [(bench_prefill, s) for s in cfg.prefill_shapes]
         elif phase == "decode":
@@ -889,7 +896,11 @@ def run(cfg: BenchConfig, upstream_source: str = "auto", log: Callable[[str], No
                 for a, e in row["arms"].items()
             }
             log(f"{phase} {row['shape_label']}: {cells} ({time.time() - t0:.1f} s)")
+            if partial_path is not None:
+                partial = {"environment": env, "copy_bandwidth": bandwidth, "rows": rows}
+                partial_path.write_text(json.dumps(partial))
             torch.cuda.empty_cache()
+    rows.sort(key=lambda r: PHASES.index(r["phase"]))
     notes = []
     if not env["pins_match"]:
         notes.append(

@@ -91,9 +91,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     run_id = args.run_id or datetime.now(UTC).strftime("kernels-%Y%m%d-%H%M%S")
     out_dir = Path(args.results_dir) / run_id / socket.gethostname()
+    out_dir.mkdir(parents=True, exist_ok=True)
     result = bench.run(
-        cfg, upstream_source=args.upstream, log=lambda m: print(m, file=sys.stderr, flush=True)
+        cfg,
+        upstream_source=args.upstream,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+        partial_path=out_dir / "kernels-bench.partial.json",
     )
+    (out_dir / "kernels-bench.partial.json").unlink(missing_ok=True)
     raw, record = bench.write_outputs(result, out_dir, run_id)
     print(bench.render_table(result))
     print(f"\nwrote {raw}" + (f" and {record}" if record else ""))
