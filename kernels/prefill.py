@@ -1,0 +1,644 @@
+"""kdakit's Helion chunked KDA prefill with SGLang 0.5.23's `chunk_kda` contract.
+
+Chunked form (C = 64 tokens per chunk, Gamma = chunk-local cumulative log2 decay, S0 = state at chunk start,
+state kept V-first as M = S^T [V, K] like SGLang's pool):
+
+    L[i,j]  = beta_i * sum_d k_i k_j exp(Gamma_i - Gamma_j)       j < i
+    Tinv    = (I + L)^-1                                           unit lower triangular
+    W       = Tinv diag(beta) (k * exp Gamma)     U = Tinv diag(beta) v
+    Aqk     = scale * sum_d q_i k_j exp(Gamma_i - Gamma_j)         j <= i
+    Vnew    = U - W S0
+    O       = scale (q * exp Gamma) S0 + Aqk Vnew
+    S_next  = diag(exp Gamma_last) S0 + (k * exp(Gamma_last - Gamma))^T Vnew
+
+Three Helion kernels (four when the output is not fused into the state pass):
+
+1. `_gate_cumsum`: one program per (chunk, value head): gate activation from the raw gate, chunk-local cumsum
+   in log2 units.
+2. `_intra_chunk`: one program per (chunk, value head): L2 norm of q/k, beta, the 64x64 L and Aqk built
+   from 16x16 blocks (each block factorised around its own anchor row so that exp never overflows), the
+   unit-triangular inverse (forward substitution on the 16x16 diagonal blocks, block formulas for the rest),
+   then W, U (written over v), k*exp(Gamma_last - Gamma), q*exp(Gamma) and Aqk.
+3. `_state_pass`: one program per (sequence, value head, V tile): the only sequential part, over the chunks
+   of one sequence; optionally fused with the output so no per-chunk state ever goes through HBM.
+4. `_chunk_output` (unfused mode only): fully parallel output from the per-chunk states.
+
+Every length enters the kernels as data (cu_seqlens, chunk maps) or as a symbolic size, and each kernel's
+specialization key records which dims are one (helion-fla notes 4.1): a first call at T = 1 compiles its own
+kernel and never poisons the kernel used for T > 1, so T = 1 needs no Triton fallback.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import helion
+import helion.language as hl
+import torch
+
+CHUNK = 64  # (written as a literal inside kernel bodies: Helion passes module globals as runtime args)
+SUB = 16  # sub-block rows of the 64x64 intra-chunk matrices (literal 16 inside the kernels)
+
+_IGNORED = [helion.exc.ProcessGroupNameNotFound]
+
+# Gate modes (constexpr): the raw gate goes through one of these before the cumsum.
+GATE_PREACTIVATED = 0
+GATE_SOFTPLUS = 1
+GATE_BOUNDED = 2
+
+
+def _size_one_key(*args) -> tuple:
+    """Split Helion's shape buckets on every dim that equals one (the size-one specialization trap)."""
+    return tuple(tuple(int(d) == 1 for d in a.shape) for a in args if isinstance(a, torch.Tensor))
+
+
+# --------------------------------------------------------------------------------------------------------
+# 1. gate activation + chunk-local cumsum (log2 units)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _gate_cumsum_fn(
+    g_rows: torch.Tensor,  # [T*HV, K] raw or pre-activated gate
+    a_log: torch.Tensor,  # [HV] (unused in mode 0)
+    dt_bias: torch.Tensor,  # [HV*K] (unused unless has_bias)
+    cu_seqlens: torch.Tensor,  # [N+1]
+    chunk_seq: torch.Tensor,  # [M]
+    chunk_local: torch.Tensor,  # [M]
+    gcum_rows: torch.Tensor,  # [T*HV, K] fp32 out
+    lower_bound: float,
+    gate_mode: hl.constexpr,
+    has_bias: hl.constexpr,
+    HV: hl.constexpr,
+) -> torch.Tensor:
+    M = chunk_seq.size(0)
+    K = hl.specialize(g_rows.size(1))
+    hl.specialize((g_rows.stride(0), gcum_rows.stride(0)))
+    for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
+        seq = chunk_seq[tile_m.id].long()
+        begin = cu_seqlens[seq].long()
+        end = cu_seqlens[seq + 1].long()
+        start = begin + chunk_local[tile_m.id].long() * 64
+        token = start + hl.arange(64)
+        valid = token < end
+        row = token * HV + tile_h.id
+        kk = hl.arange(K)
+        x = hl.load(g_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
+        if gate_mode != 0:
+            if has_bias:
+                x = x + hl.load(dt_bias, [tile_h.id * K + kk]).float()[None, :]
+            a = torch.exp(hl.load(a_log, [tile_h.id]).float())
+            if gate_mode == 1:
+                soft = torch.where(x > 20.0, x, torch.log(1.0 + torch.exp(torch.clamp(x, max=20.0))))
+                x = -a * soft
+            else:
+                x = lower_bound * torch.sigmoid(a * x)
+        x = torch.where(valid[:, None], x * 1.4426950216293335, 0.0)
+        hl.store(gcum_rows, [row[:, None], kk[None, :]], hl.cumsum(x, 0), extra_mask=valid[:, None])
+    return gcum_rows
+
+
+# --------------------------------------------------------------------------------------------------------
+# 2. intra-chunk: L, Aqk, (I+L)^-1, W, U, kg, qg
+# --------------------------------------------------------------------------------------------------------
+
+
+def _exp2c(x: torch.Tensor) -> torch.Tensor:
+    # clamped so exp2 stays finite in fp32; only masked or negligible entries reach the clamp
+    return torch.exp2(torch.clamp(x, -126.0, 126.0))
+
+
+def _dot32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return hl.dot(a, b, out_dtype=torch.float32)
+
+
+def _invert_unit_lower_16(strict: torch.Tensor) -> torch.Tensor:
+    """(I + strict)^-1 for a strictly lower 16x16 block, by forward substitution in fp32."""
+    lane = hl.arange(16)
+    inv = -strict
+    for r in range(2, 16):
+        # row r: -strict[r, :] - sum_{j<r} strict[r, j] inv[j, :]   (rows < r of inv are final)
+        pick = (lane == r)[:, None]
+        coef = torch.where(pick, strict, 0.0).sum(0)
+        row = -coef - (coef[:, None] * inv).sum(0)
+        inv = torch.where(pick, row[None, :], inv)
+    return inv + (lane[:, None] == lane[None, :]).float()
+
+
+def _load_unit(x_rows, qk_row, valid, kk, use_l2norm):
+    x = hl.load(x_rows, [qk_row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
+    if use_l2norm:
+        x = x * torch.rsqrt((x * x).sum(1) + 1e-6)[:, None]
+    return x
+
+
+def _intra_blocks(
+    q_rows, k_rows, gcum_rows, gcum_flat, beta_rows, w_rows, kg_rows, qg_rows, aqk_rows,
+    start, end, hv, g_last, scale, HV, GROUP, use_l2norm, beta_is_raw,
+):  # fmt: skip
+    """Everything of one (chunk, value head) except U. Returns the bf16 inverse blocks, rows, masks, betas."""
+    K = q_rows.size(1)
+    kk = hl.arange(K)
+    lane = hl.arange(16)
+    H = HV // GROUP
+    tokens = [start + i * 16 + lane for i in range(4)]
+    masks = [t < end for t in tokens]
+    rows = [t * HV + hv for t in tokens]
+    qk_rows = [t * H + hv // GROUP for t in tokens]
+    betas = []
+    for i in range(4):
+        b = hl.load(beta_rows, [rows[i]], extra_mask=masks[i]).float()
+        if beta_is_raw:
+            b = torch.sigmoid(b)
+        betas.append(torch.where(masks[i], b, 0.0))
+    strict = lane[:, None] > lane[None, :]
+    causal = lane[:, None] >= lane[None, :]
+
+    def anchor(token):
+        # an in-bounds row of this chunk (padding chunks: never stored, any finite value will do)
+        token = torch.clamp(torch.minimum(token, end - 1), min=0)
+        return hl.load(gcum_flat, [(token * HV + hv) * K + kk])
+
+    # 16x16 blocks of L (beta-scaled, strictly lower) and of Aqk (scaled, causal); the Aqk blocks above the
+    # diagonal are stored as zeros so that the output pass can use whole 64-wide rows.
+    akk = {}
+    zero = hl.zeros([16, 16], dtype=torch.float32)
+    for i in range(4):
+        ki = _load_unit(k_rows, qk_rows[i], masks[i], kk, use_l2norm)
+        qi = _load_unit(q_rows, qk_rows[i], masks[i], kk, use_l2norm)
+        gi = hl.load(gcum_rows, [rows[i][:, None], kk[None, :]], extra_mask=masks[i][:, None])
+        row_mask = masks[i][:, None]
+        # diagonal block, factorised around its middle row
+        g_mid = anchor(start + i * 16 + 8)
+        up = _exp2c(gi - g_mid[None, :])
+        kd = (ki * _exp2c(g_mid[None, :] - gi)).T
+        a_ii = _dot32(ki * up, kd)
+        akk[(i, i)] = torch.where(strict & row_mask, a_ii * betas[i][:, None], 0.0)
+        q_ii = _dot32(qi * up, kd) * scale
+        hl.store(aqk_rows, [rows[i][:, None], (i * 16 + lane)[None, :]],
+                 torch.where(causal, q_ii, 0.0).to(aqk_rows.dtype), extra_mask=row_mask)  # fmt: skip
+        if i > 0:
+            # blocks left of the diagonal, factorised around the first row of block i: both factors <= 1
+            g_first = anchor(start + i * 16)
+            left = _exp2c(gi - g_first[None, :])
+            kl = (ki * left).to(torch.bfloat16)
+            ql = (qi * left).to(torch.bfloat16)
+            for j in range(i):
+                kj = _load_unit(k_rows, qk_rows[j], masks[j], kk, use_l2norm)
+                gj = hl.load(gcum_rows, [rows[j][:, None], kk[None, :]], extra_mask=masks[j][:, None])
+                kr = (kj * _exp2c(g_first[None, :] - gj)).to(torch.bfloat16).T
+                akk[(i, j)] = torch.where(row_mask, _dot32(kl, kr) * betas[i][:, None], 0.0)
+                q_ij = _dot32(ql, kr) * scale
+                hl.store(aqk_rows, [rows[i][:, None], (j * 16 + lane)[None, :]],
+                         q_ij.to(aqk_rows.dtype), extra_mask=row_mask)  # fmt: skip
+        for j in range(i + 1, 4):
+            hl.store(aqk_rows, [rows[i][:, None], (j * 16 + lane)[None, :]],
+                     zero.to(aqk_rows.dtype), extra_mask=row_mask)  # fmt: skip
+
+    # (I + L)^-1 blockwise: diagonal blocks by substitution, then
+    # Tinv[i,j] = -Tinv[i,i] @ sum_{j<=m<i} L[i,m] @ Tinv[m,j]
+    inv = {}
+    for i in range(4):
+        inv[(i, i)] = _invert_unit_lower_16(akk[(i, i)])
+    for i in range(1, 4):
+        for j in range(i - 1, -1, -1):
+            acc = _dot32(akk[(i, j)], inv[(j, j)])
+            for m in range(j + 1, i):
+                acc = acc + _dot32(akk[(i, m)], inv[(m, j)])
+            inv[(i, j)] = -_dot32(inv[(i, i)], acc)
+    inv_b = {key: val.to(torch.bfloat16) for key, val in inv.items()}
+
+    # W = Tinv diag(beta) (k exp Gamma); kg = k exp(Gamma_last - Gamma); qg = scale q exp Gamma
+    kb = []
+    for j in range(4):
+        kj = _load_unit(k_rows, qk_rows[j], masks[j], kk, use_l2norm)
+        qj = _load_unit(q_rows, qk_rows[j], masks[j], kk, use_l2norm)
+        gj = hl.load(gcum_rows, [rows[j][:, None], kk[None, :]], extra_mask=masks[j][:, None])
+        row_mask = masks[j][:, None]
+        kg = kj * torch.exp2(torch.clamp(g_last[None, :] - gj, max=0.0))
+        hl.store(kg_rows, [rows[j][:, None], kk[None, :]], kg.to(kg_rows.dtype), extra_mask=row_mask)
+        eg = torch.exp2(torch.clamp(gj, max=0.0))
+        hl.store(qg_rows, [rows[j][:, None], kk[None, :]], (qj * eg * scale).to(qg_rows.dtype),
+                 extra_mask=row_mask)  # fmt: skip
+        kb.append((kj * eg * betas[j][:, None]).to(torch.bfloat16))
+    for i in range(4):
+        acc = _dot32(inv_b[(i, 0)], kb[0])
+        for j in range(1, i + 1):
+            acc = acc + _dot32(inv_b[(i, j)], kb[j])
+        hl.store(w_rows, [rows[i][:, None], kk[None, :]], acc.to(w_rows.dtype), extra_mask=masks[i][:, None])
+    inv_t = tuple(inv_b[(i, j)] for i in range(4) for j in range(i + 1))
+    return inv_t
+
+
+def _apply_u(inv_t, start, end, hv, HV, beta_rows, beta_is_raw, v_rows, v_cols):
+    """U rows of one V tile = Tinv diag(beta) v, stored over v (all loads happen before the stores)."""
+    lane = hl.arange(16)
+    tokens = [start + i * 16 + lane for i in range(4)]
+    masks = [(t < end)[:, None] for t in tokens]
+    rows = [(t * HV + hv)[:, None] for t in tokens]
+    betas = []
+    for i in range(4):
+        b = hl.load(beta_rows, [rows[i]], extra_mask=masks[i]).float()
+        if beta_is_raw:
+            b = torch.sigmoid(b)
+        betas.append(b)
+    inv = {}
+    n = 0
+    for i in range(4):
+        for j in range(i + 1):
+            inv[(i, j)] = inv_t[n]
+            n += 1
+    vb = []
+    for j in range(4):
+        vj = hl.load(v_rows, [rows[j], v_cols], extra_mask=masks[j]).float()
+        vb.append((vj * betas[j]).to(torch.bfloat16))
+    for i in range(4):
+        acc = _dot32(inv[(i, 0)], vb[0])
+        for j in range(1, i + 1):
+            acc = acc + _dot32(inv[(i, j)], vb[j])
+        hl.store(v_rows, [rows[i], v_cols], acc.to(v_rows.dtype), extra_mask=masks[i])
+
+
+def _intra_chunk_fn(
+    q_rows: torch.Tensor,  # [T*H, K]
+    k_rows: torch.Tensor,  # [T*H, K]
+    v_rows: torch.Tensor,  # [T*HV, V]  in: v, out: U
+    gcum_rows: torch.Tensor,  # [T*HV, K] fp32 log2 cumsum
+    gcum_flat: torch.Tensor,  # the same, flat (single-row loads)
+    beta_rows: torch.Tensor,  # [T*HV]
+    cu_seqlens: torch.Tensor,
+    chunk_seq: torch.Tensor,
+    chunk_local: torch.Tensor,
+    w_rows: torch.Tensor,  # [T*HV, K] out
+    kg_rows: torch.Tensor,  # [T*HV, K] out
+    qg_rows: torch.Tensor,  # [T*HV, K] out
+    aqk_rows: torch.Tensor,  # [T*HV, 64] out
+    decay_rows: torch.Tensor,  # [M*HV, K] fp32 out: exp2(Gamma_last)
+    scale: float,
+    use_l2norm: hl.constexpr,
+    beta_is_raw: hl.constexpr,
+    HV: hl.constexpr,
+    GROUP: hl.constexpr,
+) -> torch.Tensor:
+    M = chunk_seq.size(0)
+    K = hl.specialize(q_rows.size(1))
+    V = hl.specialize(v_rows.size(1))
+    hl.specialize((q_rows.stride(0), k_rows.stride(0), v_rows.stride(0), gcum_rows.stride(0)))
+    block_v = hl.register_block_size(16, V)
+    for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
+        seq = chunk_seq[tile_m.id].long()
+        begin = cu_seqlens[seq].long()
+        end = cu_seqlens[seq + 1].long()
+        start = begin + chunk_local[tile_m.id].long() * 64
+        kk = hl.arange(K)
+        # last row of the chunk (padding chunks: any in-bounds row; nothing of theirs is stored but decay)
+        last = torch.clamp(torch.minimum(start + 63, end - 1), min=0)
+        g_last = hl.load(gcum_flat, [(last * HV + tile_h.id) * K + kk])
+        hl.store(decay_rows, [tile_m.id * HV + tile_h.id, kk], torch.exp2(torch.clamp(g_last, max=0.0)))
+        inv_t = _intra_blocks(
+            q_rows, k_rows, gcum_rows, gcum_flat, beta_rows, w_rows, kg_rows, qg_rows, aqk_rows,
+            start, end, tile_h.id, g_last, scale, HV, GROUP, use_l2norm, beta_is_raw,
+        )  # fmt: skip
+        for tile_v in hl.tile(V, block_size=block_v):
+            _apply_u(inv_t, start, end, tile_h.id, HV, beta_rows, beta_is_raw, v_rows, tile_v.index[None, :])
+    return w_rows
+
+
+# --------------------------------------------------------------------------------------------------------
+# 3. sequential state pass (optionally with the output fused in)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _state_pass_fn(
+    w_rows: torch.Tensor,  # [T*HV, K] bf16
+    u_rows: torch.Tensor,  # [T*HV, V] in: U, out: o (fused) or Vnew
+    kg_rows: torch.Tensor,  # [T*HV, K] bf16
+    qg_rows: torch.Tensor,  # [T*HV, K] bf16
+    aqk_rows: torch.Tensor,  # [T*HV, 64] bf16
+    decay_flat: torch.Tensor,  # [M*HV*K] fp32
+    pool_rows: torch.Tensor,  # [slots*HV*V, K] fp32 or bf16, updated in place
+    pool_index: torch.Tensor,  # [N]
+    cu_seqlens: torch.Tensor,  # [N+1]
+    chunk_offsets: torch.Tensor,  # [N+1]
+    h_rows: torch.Tensor,  # [M*HV*V, K] bf16 out (store_h)
+    track_rows: torch.Tensor,  # [rows*HV*V, K] fp32 out (has_track)
+    track_chunk: torch.Tensor,  # [N]
+    fuse_output: hl.constexpr,
+    store_h: hl.constexpr,
+    has_track: hl.constexpr,
+    HV: hl.constexpr,
+) -> torch.Tensor:
+    N = pool_index.size(0)
+    K = hl.specialize(w_rows.size(1))
+    V = hl.specialize(u_rows.size(1))
+    hl.specialize((w_rows.stride(0), u_rows.stride(0), pool_rows.stride(0)))
+    block_v = hl.register_block_size(16, V)
+    for tile_n, tile_h, tile_v in hl.tile([N, HV, V], block_size=[1, 1, block_v]):
+        hv = tile_h.id
+        begin = cu_seqlens[tile_n.id].long()
+        end = cu_seqlens[tile_n.id + 1].long()
+        first_chunk = chunk_offsets[tile_n.id].long()
+        slot = pool_index[tile_n.id].long()
+        has_slot = slot >= 0
+        kk = hl.arange(K)
+        state_row = (torch.clamp(slot, min=0) * HV + hv) * V + tile_v.index
+        state = hl.load(pool_rows, [state_row[:, None], kk[None, :]], extra_mask=has_slot).float()
+        if has_track:
+            track_at = track_chunk[tile_n.id].long()
+        for tile_t in hl.tile(end - begin, block_size=64):
+            chunk = first_chunk + tile_t.id
+            token = begin + tile_t.index
+            valid = token < end
+            row = token * HV + hv
+            if store_h:
+                h_row = (chunk * HV + hv) * V + tile_v.index
+                hl.store(h_rows, [h_row[:, None], kk[None, :]], state.to(h_rows.dtype))
+            if has_track:
+                if tile_t.id == track_at:
+                    t_row = (tile_n.id * HV + hv) * V + tile_v.index
+                    hl.store(track_rows, [t_row[:, None], kk[None, :]], state)
+            state_b = state.to(torch.bfloat16)
+            w = hl.load(w_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+            u = hl.load(u_rows, [row[:, None], tile_v.index[None, :]], extra_mask=valid[:, None]).float()
+            v_new = (u - _dot32(w, state_b.T)).to(torch.bfloat16)
+            if fuse_output:
+                qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+                aqk = hl.load(aqk_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
+                o = _dot32(qg, state_b.T) + _dot32(aqk, v_new)
+                hl.store(u_rows, [row[:, None], tile_v.index[None, :]], o.to(u_rows.dtype),
+                         extra_mask=valid[:, None])  # fmt: skip
+            else:
+                hl.store(u_rows, [row[:, None], tile_v.index[None, :]], v_new.to(u_rows.dtype),
+                         extra_mask=valid[:, None])  # fmt: skip
+            kg = hl.load(kg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+            decay = hl.load(decay_flat, [(chunk * HV + hv) * K + kk])
+            state = state * decay[None, :] + _dot32(v_new.T, kg)
+        hl.store(pool_rows, [state_row[:, None], kk[None, :]], state.to(pool_rows.dtype),
+                 extra_mask=has_slot)  # fmt: skip
+    return pool_rows
+
+
+# --------------------------------------------------------------------------------------------------------
+# 4. parallel output (unfused mode)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _chunk_output_fn(
+    u_rows: torch.Tensor,  # [T*HV, V] in: Vnew, out: o
+    qg_rows: torch.Tensor,
+    aqk_rows: torch.Tensor,
+    h_rows: torch.Tensor,  # [M*HV*V, K] bf16
+    cu_seqlens: torch.Tensor,
+    chunk_seq: torch.Tensor,
+    chunk_local: torch.Tensor,
+    HV: hl.constexpr,
+) -> torch.Tensor:
+    M = chunk_seq.size(0)
+    K = hl.specialize(qg_rows.size(1))
+    V = hl.specialize(u_rows.size(1))
+    hl.specialize((u_rows.stride(0), qg_rows.stride(0)))
+    block_v = hl.register_block_size(16, V)
+    for tile_m, tile_h, tile_v in hl.tile([M, HV, V], block_size=[1, 1, block_v]):
+        hv = tile_h.id
+        seq = chunk_seq[tile_m.id].long()
+        begin = cu_seqlens[seq].long()
+        end = cu_seqlens[seq + 1].long()
+        start = begin + chunk_local[tile_m.id].long() * 64
+        token = start + hl.arange(64)
+        valid = token < end
+        row = token * HV + hv
+        kk = hl.arange(K)
+        qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+        h_row = (tile_m.id * HV + hv) * V + tile_v.index
+        h = hl.load(h_rows, [h_row[:, None], kk[None, :]])
+        aqk = hl.load(aqk_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
+        v_new = hl.load(u_rows, [row[:, None], tile_v.index[None, :]], extra_mask=valid[:, None])
+        o = _dot32(qg, h.T) + _dot32(aqk, v_new.to(torch.bfloat16))
+        hl.store(u_rows, [row[:, None], tile_v.index[None, :]], o.to(u_rows.dtype), extra_mask=valid[:, None])
+    return u_rows
+
+
+# --------------------------------------------------------------------------------------------------------
+# configs and the entry point
+# --------------------------------------------------------------------------------------------------------
+
+# Fixed configs (no runtime autotuning). block_sizes: intra = [U tile], state/output = [V tile].
+DEFAULT_CONFIGS: dict[str, dict] = {
+    "gate": {"num_warps": 4, "num_stages": 1, "indexing": "pointer"},
+    "intra": {"block_sizes": [64], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
+    "state": {"block_sizes": [16], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},
+    "output": {"block_sizes": [32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
+}
+# Fusing the output into the state pass keeps per-chunk states out of HBM.
+DEFAULT_FUSE_OUTPUT = True
+
+_FNS = {
+    "gate": _gate_cumsum_fn,
+    "intra": _intra_chunk_fn,
+    "state": _state_pass_fn,
+    "output": _chunk_output_fn,
+}
+_kernels: dict[str, helion.Kernel] = {}
+_fuse_output = DEFAULT_FUSE_OUTPUT
+
+
+def configure(configs: dict[str, dict] | None = None, fuse_output: bool | None = None) -> None:
+    """(Re)build the kernels with the given configs (missing names keep the defaults); for tuning."""
+    global _fuse_output
+    merged = {name: dict(cfg) for name, cfg in DEFAULT_CONFIGS.items()}
+    for name, cfg in (configs or {}).items():
+        if name not in merged:
+            raise ValueError(f"unknown prefill kernel {name!r}; known: {sorted(merged)}")
+        merged[name] = dict(cfg)
+    for name, fn in _FNS.items():
+        _kernels[name] = helion.kernel(
+            fn,
+            static_shapes=False,
+            config=helion.Config(**merged[name]),
+            key=_size_one_key,
+            ignore_warnings=_IGNORED,
+        )
+    if fuse_output is not None:
+        _fuse_output = bool(fuse_output)
+
+
+configure()
+
+
+def _configure_from_env() -> None:
+    raw = os.environ.get("KDAKIT_PREFILL_CONFIGS")
+    if raw:
+        import json
+
+        spec = json.loads(raw)
+        configure(spec.get("configs"), spec.get("fuse_output"))
+
+
+_configure_from_env()
+
+
+def _is_pow2(n: int) -> bool:
+    return n >= 16 and n & (n - 1) == 0
+
+
+def _chunk_map(cu_seqlens: torch.Tensor, total_tokens: int, fixed_chunks: int | None):
+    """Device-side chunk bookkeeping with no host sync (CUDA Graph safe).
+
+    Returns chunk_offsets [N+1] (first packed chunk of each sequence), and for each of M chunk slots (an
+    upper bound on the number of chunks) its sequence and chunk number. Slots past the last chunk map to
+    an empty row range of the last sequence, so their programs store nothing.
+    """
+    n = cu_seqlens.numel() - 1
+    cu = cu_seqlens.to(torch.int64)
+    counts = (cu[1:] - cu[:-1] + (CHUNK - 1)) // CHUNK
+    offsets = torch.zeros(n + 1, dtype=torch.int64, device=cu.device)
+    torch.cumsum(counts, 0, out=offsets[1:])
+    if fixed_chunks is not None:
+        slots = fixed_chunks
+    elif n == 1:
+        slots = math.ceil(total_tokens / CHUNK)
+    else:
+        slots = total_tokens // CHUNK + n
+    slots = max(slots, 1)
+    ids = torch.arange(slots, dtype=torch.int64, device=cu.device)
+    seq = torch.searchsorted(offsets[1:], ids, right=True).clamp_(max=n - 1)
+    local = ids - offsets[seq]
+    return offsets, seq, local, slots
+
+
+def chunk_kda(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    initial_state_indices: torch.Tensor | None = None,
+    use_qk_l2norm_in_kernel: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    lower_bound: float | None = None,
+    output_intermediate_states: bool = False,
+    track_state: torch.Tensor | None = None,
+    track_chunk_idx: torch.Tensor | None = None,
+    beta_is_raw: bool = False,
+    chunk_indices: torch.Tensor | None = None,
+    chunk_offsets: torch.Tensor | None = None,
+    **kwargs,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Chunked KDA prefill with SGLang 0.5.23's Helion `chunk_kda` contract.
+
+    q, k [B,T,H,K]; v [B,T,HV,V]; g [B,T',HV,K] raw gate when A_log is given (bounded with lower_bound,
+    else softplus), else pre-activated log decay; beta [B,T',HV] (logits when beta_is_raw); T' >= T, rows
+    past T (CUDA Graph padding) are ignored. initial_state [slots,HV,V,K] (fp32/bf16) is updated in place
+    at initial_state_indices [N] (negative: zero start, nothing written). Varlen: B == 1 and cu_seqlens
+    [N+1]. The output is written into v's storage; returns o, or (o, h [B,NT,HV,V,K]) with
+    output_intermediate_states. chunk_indices/chunk_offsets are accepted for signature compatibility; the
+    chunk map is rebuilt on the device without a host sync.
+    """
+    del chunk_indices, chunk_offsets, kwargs
+    if initial_state is None or initial_state_indices is None:
+        raise ValueError("KDA prefill requires an indexed initial-state pool")
+    if (track_state is None) != (track_chunk_idx is None):
+        raise ValueError("track_state and track_chunk_idx must be passed together")
+    if track_state is not None and track_state.dtype != torch.float32:
+        raise ValueError(f"track_state must be fp32, got {track_state.dtype}")
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:2] != q.shape[:2]:
+        raise ValueError(f"expected q, k [B,T,H,K] and v [B,T,HV,V]; got {tuple(q.shape)}, {tuple(v.shape)}")
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    if HV % H:
+        raise ValueError(f"value heads ({HV}) must be a multiple of query/key heads ({H})")
+    if not (_is_pow2(K) and _is_pow2(V)) or K > 256 or V > 256:
+        raise ValueError(f"K and V must be powers of two in [16, 256]; got K={K}, V={V}")
+    if g.dim() != 4 or g.shape[0] != B or g.shape[2:] != (HV, K) or beta.shape[0] != B or beta.shape[2] != HV:
+        raise ValueError(
+            f"expected g [B,T,HV,K] and beta [B,T,HV]; got {tuple(g.shape)}, {tuple(beta.shape)}"
+        )
+    if g.shape[1] < T or beta.shape[1] < T:
+        raise ValueError("g and beta must cover every q token")
+    if tuple(initial_state.shape[1:]) != (HV, V, K):
+        raise ValueError(f"initial_state must be [slots,{HV},{V},{K}]; got {tuple(initial_state.shape)}")
+    g = g[:, :T]
+    beta = beta[:, :T]
+    if scale is None:
+        scale = K**-0.5
+
+    if cu_seqlens is not None:
+        if B != 1:
+            raise ValueError("varlen KDA requires batch size 1")
+        cu = cu_seqlens
+        fixed_chunks = None
+    else:
+        cu = torch.arange(B + 1, dtype=torch.int32, device=q.device) * T
+        fixed_chunks = B * math.ceil(T / CHUNK)
+    N = cu.numel() - 1
+    if initial_state_indices.numel() != N:
+        raise ValueError(f"initial_state_indices must have one slot per sequence ({N})")
+    total = B * T
+    offsets, chunk_seq, chunk_local, slots = _chunk_map(cu, total, fixed_chunks)
+
+    q_rows = q.reshape(total * H, K)
+    k_rows = k.reshape(total * H, K)
+    out = v if v.is_contiguous() else v.contiguous()
+    v_rows = out.view(total * HV, V)
+    g_rows = g.reshape(total * HV, K)
+    beta_rows = beta.reshape(total * HV)
+    if not beta_rows.is_floating_point():
+        raise ValueError("beta must be a floating-point tensor")
+    dev = q.device
+    act = torch.bfloat16
+
+    if A_log is None:
+        gate_mode, a_log, bias = GATE_PREACTIVATED, torch.zeros(HV, device=dev), None
+    else:
+        gate_mode = GATE_SOFTPLUS if lower_bound is None else GATE_BOUNDED
+        a_log, bias = A_log.reshape(HV), dt_bias
+    has_bias = bias is not None
+    bias = bias.reshape(HV * K) if has_bias else a_log
+    gcum = torch.empty(total * HV, K, dtype=torch.float32, device=dev)
+    _kernels["gate"](
+        g_rows, a_log, bias, cu, chunk_seq, chunk_local, gcum,
+        float(lower_bound if lower_bound is not None else 0.0), gate_mode, has_bias, HV,
+    )  # fmt: skip
+
+    w = torch.empty(total * HV, K, dtype=act, device=dev)
+    kg = torch.empty_like(w)
+    qg = torch.empty_like(w)
+    aqk = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
+    decay = torch.empty(slots * HV, K, dtype=torch.float32, device=dev)
+    _kernels["intra"](
+        q_rows, k_rows, v_rows, gcum, gcum.view(-1), beta_rows, cu, chunk_seq, chunk_local,
+        w, kg, qg, aqk, decay, float(scale), bool(use_qk_l2norm_in_kernel), bool(beta_is_raw), HV, HV // H,
+    )  # fmt: skip
+
+    fuse = _fuse_output and not output_intermediate_states
+    need_h = output_intermediate_states or not fuse
+    h = torch.empty(slots * HV * V if need_h else 1, K, dtype=q.dtype if need_h else act, device=dev)
+    has_track = track_state is not None
+    if has_track:
+        track_rows = track_state.view(-1, K)
+        track_chunk = track_chunk_idx
+    else:
+        track_rows = torch.empty(1, K, dtype=torch.float32, device=dev)
+        track_chunk = initial_state_indices
+    if not initial_state.is_contiguous():
+        raise ValueError("initial_state must be a contiguous [slots,HV,V,K] pool")
+    pool_rows = initial_state.view(-1, K)
+    _kernels["state"](
+        w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, offsets,
+        h, track_rows, track_chunk, fuse, need_h, has_track, HV,
+    )  # fmt: skip
+    if not fuse:
+        _kernels["output"](v_rows, qg, aqk, h, cu, chunk_seq, chunk_local, HV)
+
+    o = out.view(B, T, HV, V)
+    if output_intermediate_states:
+        if cu_seqlens is None:
+            nt = math.ceil(T / CHUNK)
+            return o, h[: slots * HV * V].view(B, nt, HV, V, K)
+        n_chunks = int(offsets[-1])  # host sync, only on this path
+        return o, h[: n_chunks * HV * V].view(1, n_chunks, HV, V, K)
+    return o
