@@ -17,7 +17,9 @@ COMMAND_MODULES = [
     "kdakit.preflight",
     "kdakit.health",
     "kdakit.evals.gsm8k",
+    "kdakit.bench.serving",
     "kdakit.kernels.cli",
+    "kdakit.selftest",
 ]
 
 

@@ -157,6 +157,26 @@ def _build(
     return engine.image_id(tag)
 
 
+# What importing SGLang's KDA backend adapter needs beyond torch (found by importing it in the bare stand-in).
+SGLANG_IMPORT_DEPS = ("orjson", "pybase64", "requests", "pillow", "starlette", "msgspec", "pydantic", "pyzmq",
+                      "tqdm", "ipython", "aiohttp")  # fmt: skip
+
+
+def _standin_context(torch_wheels: Path, deps_wheels: Path) -> Path:
+    """A build context with torch/ and deps/ (hard links into the wheelhouses: no copies, and each
+    subfolder's content alone decides whether its layer is rebuilt)."""
+    out = CACHE / "standin-context" / _key(torch_wheels, deps_wheels)
+    with _locked(out):
+        if not (out / ".complete").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            for name, src in (("torch", torch_wheels), ("deps", deps_wheels)):
+                (out / name).mkdir(parents=True)
+                for wheel in src.glob("*.whl"):
+                    os.link(wheel, out / name / wheel.name)
+            (out / ".complete").touch()
+    return out
+
+
 def standin_base(
     engine: dockerd.Dockerd, torch: str | None = None, tag_prefix: str = "kdakit-ci/standin"
 ) -> str:
@@ -164,16 +184,13 @@ def standin_base(
     p = _pins()["packages"]
     torch = torch or p["torch"]
     base = debian_base(engine)
-    wheels = wheelhouse((f"torch=={torch}",), (f"triton=={p['triton']}", f"sglang=={p['sglang']}"))
-    args = {
-        "DEBIAN_BASE": base,
-        "TORCH_VERSION": torch,
-        "TRITON_VERSION": p["triton"],
-        "SGLANG_VERSION": p["sglang"],
-    }
+    torch_wheels = wheelhouse((f"torch=={torch}",), (f"triton=={p['triton']}", f"sglang=={p['sglang']}"))
+    deps_wheels = wheelhouse(SGLANG_IMPORT_DEPS)
+    args = {"DEBIAN_BASE": base, "TORCH_VERSION": torch, "TRITON_VERSION": p["triton"],
+            "SGLANG_VERSION": p["sglang"], "SGLANG_IMPORT_DEPS": " ".join(SGLANG_IMPORT_DEPS)}  # fmt: skip
     tag = f"{tag_prefix}:{_key(STANDIN_DOCKERFILE.read_text(), args)}"
     if engine.image_id(tag) is None:
-        _build(engine, STANDIN_DOCKERFILE, wheels, tag, args)
+        _build(engine, STANDIN_DOCKERFILE, _standin_context(torch_wheels, deps_wheels), tag, args)
     return tag
 
 

@@ -1,6 +1,7 @@
 # CI stand-in for SGLang's CUDA 13 image: Debian (debootstrap) + a venv holding torch (PyPI's CUDA build,
-# used on the CPU), triton and sglang WITHOUT its dependencies. Built by tests/infra/images.py, whose build
-# context is a wheelhouse assembled on the host; every version comes in as a build argument from pins.toml.
+# used on the CPU), triton, sglang WITHOUT its dependencies, and the few packages that importing SGLang's
+# KDA backend needs. Built by tests/infra/images.py; its build context holds two wheelhouses assembled on
+# the host (torch/ and deps/); every version comes in as a build argument from pins.toml.
 ARG DEBIAN_BASE
 FROM ${DEBIAN_BASE}
 
@@ -12,11 +13,18 @@ ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
     PYTHONDONTWRITEBYTECODE=1
 
 # torch with its nvidia-* libraries (import needs them even on a CPU); triton and sglang without
-# dependencies: sglang's full set (flashinfer, deep-gemm, ...) is what the stand-in leaves out.
-RUN --mount=type=bind,target=/wheels \
+# dependencies: sglang's full set (flashinfer, deep-gemm, sglang-kernel, ...) is what the stand-in leaves out.
+RUN --mount=type=bind,source=torch,target=/wheels \
     python3 -m venv /opt/venv \
     && pip install --no-cache-dir --no-index --find-links /wheels "torch==${TORCH_VERSION}" \
     && pip install --no-cache-dir --no-index --find-links /wheels --no-deps \
         "triton==${TRITON_VERSION}" "sglang==${SGLANG_VERSION}"
+
+# What `import sglang.srt.layers.attention.linear.kernels.kda_helion` needs beyond torch (SGLang's image has
+# them all); versions as pip resolved them on the host.
+ARG SGLANG_IMPORT_DEPS
+# hadolint ignore=DL3013
+RUN --mount=type=bind,source=deps,target=/wheels \
+    pip install --no-cache-dir --no-index --find-links /wheels ${SGLANG_IMPORT_DEPS}
 
 CMD ["/bin/bash"]

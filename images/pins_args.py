@@ -1,0 +1,38 @@
+"""Print what images.mk needs from pins.toml (stdlib only, so `make image` works before kdakit is installed).
+
+python3 images/pins_args.py build-args   ->  --build-arg TORCH_VERSION=... (every pinned version)
+python3 images/pins_args.py base         ->  the default base image
+"""
+
+import sys
+import tomllib
+from pathlib import Path
+
+PINS = Path(__file__).resolve().parent.parent / "pins.toml"
+# Dockerfile build argument -> (pins.toml table, key)
+BUILD_ARGS = {
+    "TORCH_VERSION": ("packages", "torch"),
+    "TRITON_VERSION": ("packages", "triton"),
+    "SGLANG_VERSION": ("packages", "sglang"),
+    "HELION_VERSION": ("packages", "helion"),
+    "LM_EVAL_VERSION": ("packages", "lm-eval"),
+    "CUDA_VERSION": ("cuda", "version"),
+}
+
+
+def main(what: str) -> str:
+    pins = tomllib.loads(PINS.read_text())
+    if what == "base":
+        return pins["image"]["base"]
+    if what == "build-args":
+        args = [f"--build-arg {arg}={pins[table][key]}" for arg, (table, key) in BUILD_ARGS.items()]
+        label = ",".join(
+            f"{key if table == 'packages' else table}={pins[table][key]}"
+            for table, key in BUILD_ARGS.values()
+        )
+        return " ".join(args) + f" --build-arg PINS={label}"
+    raise SystemExit(f"usage: {sys.argv[0]} build-args|base")
+
+
+if __name__ == "__main__":
+    print(main(sys.argv[1] if len(sys.argv) > 1 else ""))

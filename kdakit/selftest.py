@@ -1,0 +1,233 @@
+"""`kdakit selftest`: is this environment (normally the kdakit image) what pins.toml and the arm say it is?
+
+Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
+- every pinned package of the image (torch, triton, helion, sglang, lm-eval) is installed at its pin,
+  and torch was built for the pinned CUDA;
+- SGLang's Helion KDA backend resolves to the kernels the arm asks for (`helion`: kdakit's,
+  `helion-upstream`: SGLang's own Helion kernels, `triton`: SGLang's Triton adapter is importable);
+- with a GPU: a quick numerical parity of each Helion KDA kernel the arm runs against SGLang's Triton
+  kernel for the same phase. Without a GPU these rows are SKIP.
+Exit code 1 when any check fails.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from kdakit import pins
+
+IMAGE_PACKAGES = ("torch", "triton", "helion", "sglang", "lm-eval")
+ENV_VAR = "KDAKIT_HELION_KERNELS"
+# arm -> the value of KDAKIT_HELION_KERNELS that selects its kernels (None: the Helion backend is unused)
+ARMS = {"helion": "kdakit", "helion-upstream": "upstream", "triton": None}
+PHASES = ("decode", "verify", "prefill")
+TRITON_ADAPTER = "sglang.srt.layers.attention.linear.kernels.kda_triton"
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+
+
+def _base_version(version: str) -> str:
+    return version.split("+")[0]
+
+
+def check_packages(pinned: dict, version_of: Callable[[str], str] = metadata.version) -> list[Check]:
+    checks = []
+    for name in IMAGE_PACKAGES:
+        want = pinned["packages"][name]
+        try:
+            found = version_of(name)
+        except metadata.PackageNotFoundError:
+            checks.append(Check(f"{name} version", FAIL, f"not installed; pinned {want}"))
+            continue
+        ok = _base_version(found) == want
+        checks.append(Check(f"{name} version", PASS if ok else FAIL, f"installed {found}, pinned {want}"))
+    return checks
+
+
+def torch_facts() -> dict:
+    """torch's own view: version, CUDA it was built for, whether a GPU is usable and its name."""
+    try:
+        import torch
+    except Exception as exc:  # a broken torch is a finding, not a crash
+        return {"error": f"import torch failed: {type(exc).__name__}: {exc}"}
+    gpu = bool(torch.cuda.is_available())
+    return {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": gpu,
+        "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
+    }
+
+
+def check_torch_cuda(pinned: dict, facts: dict) -> Check:
+    want = str(pinned["cuda"]["version"])
+    if "error" in facts:
+        return Check("torch CUDA version", FAIL, facts["error"])
+    found = facts["cuda"]
+    if found is None:
+        detail = f"torch {facts['version']} is a CPU build; pinned CUDA {want}"
+        return Check("torch CUDA version", FAIL, detail)
+    ok = found == want or found.startswith(want + ".")
+    return Check("torch CUDA version", PASS if ok else FAIL, f"torch built for CUDA {found}, pinned {want}")
+
+
+_RESOLVE_SCRIPT = """
+import json, sys
+try:
+    from kdakit.kernels import integration
+except ImportError as exc:
+    print(json.dumps({"absent": str(exc)}))
+    sys.exit(0)
+print(json.dumps(integration.resolve()))
+"""
+
+
+def resolve_in_subprocess(kernels_value: str) -> dict:
+    """What SGLang's Helion adapter calls with KDAKIT_HELION_KERNELS=kernels_value (a fresh interpreter:
+    the adapter chooses its modules once, at import)."""
+    env = dict(os.environ, **{ENV_VAR: kernels_value})
+    proc = subprocess.run([sys.executable, "-c", _RESOLVE_SCRIPT], env=env, capture_output=True, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"resolving SGLang's Helion adapter failed: {tail}"}
+    return json.loads(lines[-1])
+
+
+def module_importable(name: str) -> tuple[bool, str]:
+    """Import name in a fresh interpreter (SGLang's package imports are heavy and have side effects)."""
+    proc = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True)
+    tail = (proc.stderr.strip().splitlines() or [""])[-1]
+    return proc.returncode == 0, tail
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def expected_modules(arm: str) -> dict[str, str]:
+    """Phase -> the package prefix the arm's Helion kernels must come from."""
+    if arm == "helion-upstream":
+        return dict.fromkeys(PHASES, "sglang.")
+    prefill = "kdakit." if _module_exists("kdakit.kernels.prefill") else "sglang."
+    return {"decode": "kdakit.", "verify": "kdakit.", "prefill": prefill}
+
+
+def check_arm(
+    arm: str,
+    resolver: Callable[[str], dict] = resolve_in_subprocess,
+    importable: Callable[[str], tuple[bool, str]] = module_importable,
+    environ: dict | None = None,
+) -> list[Check]:
+    environ = os.environ if environ is None else environ
+    if arm == "triton":
+        ok, why = importable(TRITON_ADAPTER)
+        detail = f"{TRITON_ADAPTER} imports" if ok else f"{TRITON_ADAPTER} does not import: {why}"
+        return [Check("arm triton: SGLang Triton KDA adapter", PASS if ok else FAIL, detail)]
+    value = ARMS[arm]
+    checks = []
+    current = environ.get(ENV_VAR)
+    if current is not None and current != value:
+        checks.append(
+            Check(
+                ENV_VAR, FAIL, f"is {current!r} here, but arm {arm} runs with {value!r}: set it for the arm"
+            )
+        )
+    resolved = resolver(value)
+    if "error" in resolved:
+        return [*checks, Check(f"arm {arm}: Helion KDA kernels", FAIL, resolved["error"])]
+    if "absent" in resolved:
+        status = SKIP if arm == "helion" else PASS
+        detail = (
+            "kdakit's SGLang integration is not in this build: "
+            "the Helion backend runs SGLang's upstream kernels"
+        )
+        return [*checks, Check(f"arm {arm}: Helion KDA kernels", status, detail)]
+    if resolved.get("kernels") == "unpatched" and arm == "helion":
+        checks.append(
+            Check(
+                "arm helion: SGLang patched",
+                FAIL,
+                "SGLang's Helion adapter is not patched: the helion arm would run upstream kernels "
+                "(apply it: kdakit.kernels.integration.apply)",
+            )
+        )
+    for phase, prefix in expected_modules(arm).items():
+        module = resolved.get(phase, "?")
+        ok = module.startswith(prefix)
+        detail = f"{module} (wanted {prefix}*)"
+        checks.append(Check(f"arm {arm}: {phase} kernel", PASS if ok else FAIL, detail))
+    return checks
+
+
+def gpu_checks(arm: str, facts: dict) -> list[Check]:
+    names = [f"GPU parity: {phase} vs Triton" for phase in PHASES]
+    if arm == "triton":
+        return [Check(n, SKIP, "arm triton runs no Helion kernel") for n in names]
+    if not facts.get("gpu"):
+        return [Check(n, SKIP, "no GPU here") for n in names]
+    from kdakit import selftest_gpu
+
+    results = selftest_gpu.parity(arm)
+    return [Check(n, status, detail) for n, (status, detail) in zip(names, results, strict=True)]
+
+
+def run_checks(arm: str) -> tuple[list[Check], dict]:
+    pinned = pins.load()
+    facts = torch_facts()
+    checks = check_packages(pinned)
+    checks.append(check_torch_cuda(pinned, facts))
+    checks += check_arm(arm)
+    checks += gpu_checks(arm, facts)
+    return checks, facts
+
+
+def render(checks: list[Check], arm: str, facts: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    colour = {PASS: "green", FAIL: "bold red", SKIP: "yellow"}
+    gpu = facts.get("gpu_name") or "none"
+    table = Table(title=f"kdakit selftest (arm {arm}, GPU: {gpu})")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("detail", overflow="fold")
+    for c in checks:
+        table.add_row(c.name, f"[{colour[c.status]}]{c.status}[/]", c.detail)
+    console = Console(width=max(120, Console().width))
+    console.print(table)
+    counts = {s: sum(c.status == s for c in checks) for s in (PASS, FAIL, SKIP)}
+    verdict = "FAILED" if counts[FAIL] else "passed"
+    console.print(f"selftest {verdict}: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped")
+
+
+def _run(args) -> int:
+    checks, facts = run_checks(args.arm)
+    if args.json:
+        print(json.dumps({"arm": args.arm, "torch": facts, "checks": [asdict(c) for c in checks]}, indent=2))
+    else:
+        render(checks, args.arm, facts)
+    return 1 if any(c.status == FAIL for c in checks) else 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("selftest", help="check pins, the arm's kernels and (with a GPU) kernel parity")
+    p.add_argument("--arm", choices=sorted(ARMS), default="helion", help="the arm to check (default: helion)")
+    p.add_argument("--json", action="store_true", help="print the checks as JSON instead of a table")
+    p.set_defaults(func=_run)

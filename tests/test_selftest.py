@@ -1,0 +1,149 @@
+"""`kdakit selftest` on the CPU, without Docker: its checks on injected facts, and the real command here."""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kdakit import pins, selftest
+
+PINNED = pins.load()
+
+
+def _versions(**override):
+    table = {name: PINNED["packages"][name] for name in selftest.IMAGE_PACKAGES}
+    table.update(override)
+
+    def version_of(name):
+        if table.get(name) is None:
+            raise metadata.PackageNotFoundError(name)
+        return table[name]
+
+    return version_of
+
+
+def test_packages_pass_at_their_pins_with_a_local_label():
+    checks = selftest.check_packages(PINNED, _versions(torch=PINNED["packages"]["torch"] + "+cu130"))
+    assert [c.status for c in checks] == ["PASS"] * len(selftest.IMAGE_PACKAGES)
+
+
+def test_wrong_torch_and_missing_helion_fail_by_name():
+    checks = {c.name: c for c in selftest.check_packages(PINNED, _versions(torch="2.13.0+cpu", helion=None))}
+    assert checks["torch version"].status == "FAIL" and "2.13.0+cpu" in checks["torch version"].detail
+    assert checks["helion version"].status == "FAIL" and "not installed" in checks["helion version"].detail
+    assert checks["triton version"].status == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("facts", "status"),
+    [
+        ({"version": "2.14.1+cu130", "cuda": PINNED["cuda"]["version"], "gpu": False}, "PASS"),
+        ({"version": "2.14.1+cu126", "cuda": "12.6", "gpu": False}, "FAIL"),
+        ({"version": "2.13.0+cpu", "cuda": None, "gpu": False}, "FAIL"),
+        ({"error": "import torch failed: ImportError: libcudnn.so.9"}, "FAIL"),
+    ],
+)
+def test_torch_cuda(facts, status):
+    assert selftest.check_torch_cuda(PINNED, facts).status == status
+
+
+UPSTREAM = {p: f"sglang.kernels.ops.attention.helion.kda_{p}" for p in selftest.PHASES}
+
+
+def _resolved(
+    decode="kdakit.kernels.decode", verify="kdakit.kernels.verify", prefill="kdakit.kernels.prefill"
+):
+    return lambda value: {"kernels": value, "decode": decode, "verify": verify, "prefill": prefill}
+
+
+def _statuses(checks):
+    return {c.name: c.status for c in checks}
+
+
+def test_helion_arm_passes_on_kdakit_kernels(monkeypatch):
+    monkeypatch.setattr(selftest, "expected_modules", lambda arm: dict.fromkeys(selftest.PHASES, "kdakit."))
+    checks = selftest.check_arm("helion", resolver=_resolved(), environ={"KDAKIT_HELION_KERNELS": "kdakit"})
+    assert set(_statuses(checks).values()) == {"PASS"} and len(checks) == 3
+
+
+def test_helion_arm_fails_when_a_phase_runs_upstream(monkeypatch):
+    monkeypatch.setattr(selftest, "expected_modules", lambda arm: dict.fromkeys(selftest.PHASES, "kdakit."))
+    resolver = _resolved(verify="sglang.kernels.ops.attention.helion.kda_verify")
+    statuses = _statuses(selftest.check_arm("helion", resolver=resolver, environ={}))
+    assert statuses["arm helion: verify kernel"] == "FAIL"
+    assert statuses["arm helion: decode kernel"] == "PASS"
+
+
+def test_unpatched_sglang_fails_the_helion_arm_but_not_the_upstream_arm():
+    def unpatched(value):
+        return {"kernels": "unpatched", **UPSTREAM}
+
+    helion = _statuses(selftest.check_arm("helion", resolver=unpatched, environ={}))
+    assert helion["arm helion: SGLang patched"] == "FAIL"
+    upstream = selftest.check_arm("helion-upstream", resolver=unpatched, environ={})
+    assert {c.status for c in upstream} == {"PASS"}
+
+
+def test_the_arm_sets_the_switch_and_a_contrary_environment_fails():
+    seen = []
+
+    def resolver(value):
+        seen.append(value)
+        return _resolved(**UPSTREAM)(value)
+
+    env = {"KDAKIT_HELION_KERNELS": "kdakit"}
+    checks = selftest.check_arm("helion-upstream", resolver=resolver, environ=env)
+    assert seen == ["upstream"]
+    assert _statuses(checks)["KDAKIT_HELION_KERNELS"] == "FAIL"
+
+
+def test_missing_integration_reports_upstream_as_skipped_not_passed():
+    checks = selftest.check_arm("helion", resolver=lambda v: {"absent": "No module named x"}, environ={})
+    assert [c.status for c in checks] == ["SKIP"] and "upstream" in checks[0].detail
+
+
+def test_resolution_error_fails():
+    failing = {"error": "ImportError: no transformers"}
+    checks = selftest.check_arm("helion", resolver=lambda v: failing, environ={})
+    assert [c.status for c in checks] == ["FAIL"]
+
+
+def test_triton_arm_checks_the_triton_adapter_imports():
+    ok = selftest.check_arm("triton", importable=lambda name: (True, ""))
+    bad = selftest.check_arm("triton", importable=lambda name: (False, "ModuleNotFoundError: flashinfer"))
+    assert [c.status for c in ok] == ["PASS"]
+    assert [c.status for c in bad] == ["FAIL"] and "flashinfer" in bad[0].detail
+
+
+def test_gpu_rows_are_skipped_without_a_gpu_never_passed():
+    rows = selftest.gpu_checks("helion", {"gpu": False})
+    assert len(rows) == 3 and {r.status for r in rows} == {"SKIP"}
+
+
+def test_the_command_runs_here_and_its_exit_code_follows_the_checks():
+    """The real command in this environment (dev venv or CI): JSON out, exit 1 iff a check failed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "kdakit", "selftest", "--arm", "helion", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    report = json.loads(proc.stdout)
+    names = [c["name"] for c in report["checks"]]
+    assert names[: len(selftest.IMAGE_PACKAGES)] == [f"{n} version" for n in selftest.IMAGE_PACKAGES]
+    failed = [c for c in report["checks"] if c["status"] == "FAIL"]
+    assert proc.returncode == (1 if failed else 0), proc.stderr
+    if not report["torch"].get("gpu"):
+        assert all(c["status"] == "SKIP" for c in report["checks"] if c["name"].startswith("GPU parity"))
+
+
+def test_table_output_names_every_check(capsys):
+    checks = [selftest.Check("torch version", "FAIL", "installed 2.13.0, pinned 2.14.1")]
+    selftest.render(checks, "helion", {"gpu": False})
+    out = capsys.readouterr().out
+    assert "torch version" in out and "FAIL" in out
+    assert "selftest FAILED: 0 passed, 1 failed, 0 skipped" in out
