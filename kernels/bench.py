@@ -316,20 +316,31 @@ def normalized_rows(result: dict) -> list[dict]:
 
 
 def write_outputs(result: dict, out_dir: Path, run_id: str) -> tuple[Path, Path | None]:
-    """The raw JSON (every sample) and, when kdakit.results exists, a validated `kernels` record."""
+    """The raw JSON (every sample) and, where kdakit.results imports, a validated `kernels` record."""
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = out_dir / RAW_NAME
     raw.write_text(json.dumps(result, indent=1) + "\n")
     try:
-        from kdakit import provenance, results
-    except ImportError:  # the results schema is another area's; the raw JSON stands alone
+        return raw, write_record(result, out_dir, run_id)
+    except ImportError:  # no jsonschema on the bench host: `kdakit kernels record` writes it later
         return raw, None
-    prov = provenance.gather()
+
+
+def write_record(result: dict, out_dir: Path, run_id: str) -> Path:
+    """The normalized kdakit.result.v1 `kernels` record; GPU, driver, host and versions come from the
+    bench run itself (so a record written later, on another machine, still describes the bench host)."""
+    from kdakit import provenance, results
+
     env = result["environment"]
+    prov = provenance.gather()
+    prov.update(gpus=[env["gpu"]] if env.get("gpu") else [], driver=env.get("driver"))
+    prov["hostname"] = env.get("hostname") or prov.get("hostname")
+    prov["python"] = env.get("versions", {}).get("python") or prov.get("python")
+    prov["tools"] = {k: v for k, v in env.get("versions", {}).items() if k != "python"}
     record = results.new_record(
         "kernels",
         run_id=run_id,
-        host=socket.gethostname(),
+        host=env.get("hostname") or socket.gethostname(),
         sku=provenance.sku_from_gpus([env["gpu"]]) if env.get("gpu") else "unknown",
         arm="both",
         protocol="kernels-bench",
@@ -343,8 +354,7 @@ def write_outputs(result: dict, out_dir: Path, run_id: str) -> tuple[Path, Path 
         notes=result.get("notes", []),
         artifacts=[RAW_NAME],
     )
-    record_path = results.write_result(out_dir / RECORD_NAME, record)
-    return raw, record_path
+    return results.write_result(Path(out_dir) / RECORD_NAME, record)
 
 
 # ---------------------------------------------------------------------------------------------------------

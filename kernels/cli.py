@@ -51,6 +51,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     fetch.add_argument("--force", action="store_true", help="extract again even if present")
     fetch.set_defaults(func=cmd_fetch)
 
+    record = kernels.add_parser(
+        "record",
+        help="print the table of a bench's raw JSON and write its kdakit.result.v1 record beside it",
+    )
+    record.add_argument("raw", help="a kernels-bench.json written by `kdakit kernels bench`")
+    record.add_argument("--run-id", default=None, help="default: the folder above the host folder")
+    record.set_defaults(func=cmd_record)
+
     patch = kernels.add_parser(
         "patch",
         help="apply (or --check) the patch that makes SGLang's Helion KDA backend call kdakit's kernels",
@@ -102,6 +110,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     raw, record = bench.write_outputs(result, out_dir, run_id)
     print(bench.render_table(result))
     print(f"\nwrote {raw}" + (f" and {record}" if record else ""))
+    return 1 if bench.any_failure(result) else 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from kdakit.kernels import bench
+
+    raw = Path(args.raw)
+    try:
+        result = json.loads(raw.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{raw}: not a readable kernels-bench JSON ({exc})") from None
+    if result.get("kind") != "kdakit.kernels-bench":
+        raise UsageError(f"{raw}: not a kernels-bench JSON (kind {result.get('kind')!r})")
+    run_id = args.run_id or raw.resolve().parent.parent.name
+    print(bench.render_table(result))
+    print(f"\nwrote {bench.write_record(result, raw.parent, run_id)}")
     return 1 if bench.any_failure(result) else 0
 
 

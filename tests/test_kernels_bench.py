@@ -232,3 +232,22 @@ def test_bench_decode_and_verify_on_gpu(tmp_path):
                 assert entry["per_call"]["median"] > 0
     raw, record = bench.write_outputs(result, tmp_path, "gpu-test")
     assert raw.is_file()
+
+
+def test_cli_record_writes_the_record_from_a_raw_json(tmp_path, capsys):
+    pytest.importorskip("kdakit.results")
+    result = _result()
+    result["rows"][1]["arms"]["helion-kdakit"] = _entry(40.0)
+    result["kind"] = "kdakit.kernels-bench"
+    result["environment"].update(driver="580.159.04", hostname="gpu-box")
+    raw = tmp_path / "run-7" / "gpu-box" / bench.RAW_NAME
+    raw.parent.mkdir(parents=True)
+    raw.write_text(json.dumps(result))
+    assert main(["kernels", "record", str(raw)]) == 0
+    assert "| verify | 16 × 6 | 39.55 | 40.00 | +1.1 % |" in capsys.readouterr().out
+    record = json.loads((raw.parent / bench.RECORD_NAME).read_text())
+    assert record["run_id"] == "run-7" and record["host"] == "gpu-box" and record["sku"] == "H200"
+    assert record["provenance"]["gpus"] == ["NVIDIA H200"] and record["provenance"]["driver"] == "580.159.04"
+    (tmp_path / "other.json").write_text('{"kind": "gsm8k"}')
+    assert main(["kernels", "record", str(tmp_path / "other.json")]) == 2
+    assert "not a kernels-bench JSON" in capsys.readouterr().err
