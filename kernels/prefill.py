@@ -63,22 +63,28 @@ def _gate_cumsum_fn(
     a_log: torch.Tensor,  # [HV] (unused in mode 0)
     dt_bias: torch.Tensor,  # [HV*K] (unused unless has_bias)
     cu_seqlens: torch.Tensor,  # [N+1]
-    chunk_seq: torch.Tensor,  # [M]
-    chunk_local: torch.Tensor,  # [M]
+    chunk_ends: torch.Tensor,  # [N] int64: packed chunk index after the last chunk of each sequence
     gcum_rows: torch.Tensor,  # [T*HV, K] fp32 out
+    decay_rows: torch.Tensor,  # [M*HV, K] (only its size: M chunk slots)
     lower_bound: float,
     gate_mode: hl.constexpr,
     has_bias: hl.constexpr,
     HV: hl.constexpr,
 ) -> torch.Tensor:
-    M = chunk_seq.size(0)
+    M = decay_rows.size(0) // HV
     K = hl.specialize(g_rows.size(1))
     hl.specialize((g_rows.stride(0), gcum_rows.stride(0)))
     for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
-        seq = chunk_seq[tile_m.id].long()
+        # which sequence and chunk this program owns: count sequences whose chunks all end at or before it
+        count = hl.zeros([1], dtype=torch.int32)
+        for tile_n in hl.tile(chunk_ends.size(0)):
+            ends = chunk_ends[tile_n]
+            count = count + (ends[None, :] <= tile_m.id).to(torch.int32).sum(1).to(torch.int32)
+        seq = torch.clamp(count, max=chunk_ends.size(0) - 1).long()
+        first = torch.where(seq > 0, chunk_ends[torch.clamp(seq - 1, min=0)], 0)
         begin = cu_seqlens[seq].long()
         end = cu_seqlens[seq + 1].long()
-        start = begin + chunk_local[tile_m.id].long() * 64
+        start = begin + (tile_m.id - first) * 64
         token = start + hl.arange(64)
         valid = token < end
         row = token * HV + tile_h.id
@@ -267,8 +273,7 @@ def _intra_chunk_fn(
     gcum_flat: torch.Tensor,  # the same, flat (single-row loads)
     beta_rows: torch.Tensor,  # [T*HV]
     cu_seqlens: torch.Tensor,
-    chunk_seq: torch.Tensor,
-    chunk_local: torch.Tensor,
+    chunk_ends: torch.Tensor,
     w_rows: torch.Tensor,  # [T*HV, K] out
     kg_rows: torch.Tensor,  # [T*HV, K] out
     qg_rows: torch.Tensor,  # [T*HV, K] out
@@ -280,16 +285,22 @@ def _intra_chunk_fn(
     HV: hl.constexpr,
     GROUP: hl.constexpr,
 ) -> torch.Tensor:
-    M = chunk_seq.size(0)
+    M = decay_rows.size(0) // HV
     K = hl.specialize(q_rows.size(1))
     V = hl.specialize(v_rows.size(1))
     hl.specialize((q_rows.stride(0), k_rows.stride(0), v_rows.stride(0), gcum_rows.stride(0)))
     block_v = hl.register_block_size(16, V)
     for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
-        seq = chunk_seq[tile_m.id].long()
+        # which sequence and chunk this program owns: count sequences whose chunks all end at or before it
+        count = hl.zeros([1], dtype=torch.int32)
+        for tile_n in hl.tile(chunk_ends.size(0)):
+            ends = chunk_ends[tile_n]
+            count = count + (ends[None, :] <= tile_m.id).to(torch.int32).sum(1).to(torch.int32)
+        seq = torch.clamp(count, max=chunk_ends.size(0) - 1).long()
+        first = torch.where(seq > 0, chunk_ends[torch.clamp(seq - 1, min=0)], 0)
         begin = cu_seqlens[seq].long()
         end = cu_seqlens[seq + 1].long()
-        start = begin + chunk_local[tile_m.id].long() * 64
+        start = begin + (tile_m.id - first) * 64
         kk = hl.arange(K)
         # last row of the chunk (padding chunks: any in-bounds row; nothing of theirs is stored but decay)
         last = torch.clamp(torch.minimum(start + 63, end - 1), min=0)
@@ -319,7 +330,7 @@ def _state_pass_fn(
     pool_rows: torch.Tensor,  # [slots*HV*V, K] fp32 or bf16, updated in place
     pool_index: torch.Tensor,  # [N]
     cu_seqlens: torch.Tensor,  # [N+1]
-    chunk_offsets: torch.Tensor,  # [N+1]
+    chunk_ends: torch.Tensor,  # [N]
     h_rows: torch.Tensor,  # [M*HV*V, K] bf16 out (store_h)
     track_rows: torch.Tensor,  # [rows*HV*V, K] fp32 out (has_track)
     track_chunk: torch.Tensor,  # [N]
@@ -337,7 +348,8 @@ def _state_pass_fn(
         hv = tile_h.id
         begin = cu_seqlens[tile_n.id].long()
         end = cu_seqlens[tile_n.id + 1].long()
-        first_chunk = chunk_offsets[tile_n.id].long()
+        # chunk_ends[n - 1] (0 for n = 0): the load wraps to a valid index, the multiply zeroes it
+        first_chunk = chunk_ends[(tile_n.id + N - 1) % N] * min(tile_n.id, 1)
         slot = pool_index[tile_n.id].long()
         has_slot = slot >= 0
         kk = hl.arange(K)
@@ -388,22 +400,28 @@ def _chunk_output_fn(
     qg_rows: torch.Tensor,
     aqk_rows: torch.Tensor,
     h_rows: torch.Tensor,  # [M*HV*V, K] bf16
+    decay_rows: torch.Tensor,  # [M*HV, K] (only its size: M chunk slots)
     cu_seqlens: torch.Tensor,
-    chunk_seq: torch.Tensor,
-    chunk_local: torch.Tensor,
+    chunk_ends: torch.Tensor,
     HV: hl.constexpr,
 ) -> torch.Tensor:
-    M = chunk_seq.size(0)
+    M = decay_rows.size(0) // HV
     K = hl.specialize(qg_rows.size(1))
     V = hl.specialize(u_rows.size(1))
     hl.specialize((u_rows.stride(0), qg_rows.stride(0)))
     block_v = hl.register_block_size(16, V)
     for tile_m, tile_h, tile_v in hl.tile([M, HV, V], block_size=[1, 1, block_v]):
         hv = tile_h.id
-        seq = chunk_seq[tile_m.id].long()
+        # which sequence and chunk this program owns: count sequences whose chunks all end at or before it
+        count = hl.zeros([1], dtype=torch.int32)
+        for tile_n in hl.tile(chunk_ends.size(0)):
+            ends = chunk_ends[tile_n]
+            count = count + (ends[None, :] <= tile_m.id).to(torch.int32).sum(1).to(torch.int32)
+        seq = torch.clamp(count, max=chunk_ends.size(0) - 1).long()
+        first = torch.where(seq > 0, chunk_ends[torch.clamp(seq - 1, min=0)], 0)
         begin = cu_seqlens[seq].long()
         end = cu_seqlens[seq + 1].long()
-        start = begin + chunk_local[tile_m.id].long() * 64
+        start = begin + (tile_m.id - first) * 64
         token = start + hl.arange(64)
         valid = token < end
         row = token * HV + hv
@@ -424,10 +442,11 @@ def _chunk_output_fn(
 
 # Fixed configs (no runtime autotuning). block_sizes: intra = [U tile], state/output = [V tile].
 DEFAULT_CONFIGS: dict[str, dict] = {
-    "gate": {"num_warps": 4, "num_stages": 1, "indexing": "pointer"},
-    "intra": {"block_sizes": [64], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
+    # block_sizes in trace order: [sequence-search tile, then the kernel's own tile]
+    "gate": {"block_sizes": [32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
+    "intra": {"block_sizes": [32, 64], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
     "state": {"block_sizes": [16], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},
-    "output": {"block_sizes": [32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
+    "output": {"block_sizes": [32, 32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
 }
 # Fusing the output into the state pass keeps per-chunk states out of HBM.
 DEFAULT_FUSE_OUTPUT = True
@@ -442,8 +461,13 @@ _kernels: dict[str, helion.Kernel] = {}
 _fuse_output = DEFAULT_FUSE_OUTPUT
 
 
+_built: dict[str, tuple] = {}
+
+
 def configure(configs: dict[str, dict] | None = None, fuse_output: bool | None = None) -> None:
-    """(Re)build the kernels with the given configs (missing names keep the defaults); for tuning."""
+    """Set the kernels' configs (missing names keep the defaults) and the fusion mode; for tuning.
+
+    Only kernels whose config changed are rebuilt (a rebuild means a new trace and compile)."""
     global _fuse_output
     merged = {name: dict(cfg) for name, cfg in DEFAULT_CONFIGS.items()}
     for name, cfg in (configs or {}).items():
@@ -451,6 +475,9 @@ def configure(configs: dict[str, dict] | None = None, fuse_output: bool | None =
             raise ValueError(f"unknown prefill kernel {name!r}; known: {sorted(merged)}")
         merged[name] = dict(cfg)
     for name, fn in _FNS.items():
+        signature = tuple(sorted((k, str(v)) for k, v in merged[name].items()))
+        if _built.get(name) == signature:
+            continue
         _kernels[name] = helion.kernel(
             fn,
             static_shapes=False,
@@ -458,6 +485,7 @@ def configure(configs: dict[str, dict] | None = None, fuse_output: bool | None =
             key=_size_one_key,
             ignore_warnings=_IGNORED,
         )
+        _built[name] = signature
     if fuse_output is not None:
         _fuse_output = bool(fuse_output)
 
@@ -481,29 +509,32 @@ def _is_pow2(n: int) -> bool:
     return n >= 16 and n & (n - 1) == 0
 
 
-def _chunk_map(cu_seqlens: torch.Tensor, total_tokens: int, fixed_chunks: int | None):
-    """Device-side chunk bookkeeping with no host sync (CUDA Graph safe).
+_fixed_ends: dict[tuple, torch.Tensor] = {}
 
-    Returns chunk_offsets [N+1] (first packed chunk of each sequence), and for each of M chunk slots (an
-    upper bound on the number of chunks) its sequence and chunk number. Slots past the last chunk map to
-    an empty row range of the last sequence, so their programs store nothing.
-    """
+
+_fixed_cus: dict[tuple, torch.Tensor] = {}
+
+
+def _fixed_cu(B: int, T: int, device) -> torch.Tensor:
+    key = (B, T, str(device))
+    if key not in _fixed_cus:
+        _fixed_cus[key] = torch.arange(B + 1, dtype=torch.int32, device=device) * T
+    return _fixed_cus[key]
+
+
+def _chunk_ends(cu_seqlens: torch.Tensor | None, B: int, T: int, device) -> tuple[torch.Tensor, int]:
+    """Inclusive cumsum of the chunk counts per sequence [N] (int64, on the device, no host sync) and an
+    upper bound M on the number of chunks. Programs past the last chunk find an empty row range."""
+    if cu_seqlens is None:
+        per_seq = math.ceil(T / CHUNK)
+        key = (B, per_seq, str(device))
+        if key not in _fixed_ends:
+            _fixed_ends[key] = torch.arange(1, B + 1, dtype=torch.int64, device=device) * per_seq
+        return _fixed_ends[key], max(B * per_seq, 1)
     n = cu_seqlens.numel() - 1
-    cu = cu_seqlens.to(torch.int64)
-    counts = (cu[1:] - cu[:-1] + (CHUNK - 1)) // CHUNK
-    offsets = torch.zeros(n + 1, dtype=torch.int64, device=cu.device)
-    torch.cumsum(counts, 0, out=offsets[1:])
-    if fixed_chunks is not None:
-        slots = fixed_chunks
-    elif n == 1:
-        slots = math.ceil(total_tokens / CHUNK)
-    else:
-        slots = total_tokens // CHUNK + n
-    slots = max(slots, 1)
-    ids = torch.arange(slots, dtype=torch.int64, device=cu.device)
-    seq = torch.searchsorted(offsets[1:], ids, right=True).clamp_(max=n - 1)
-    local = ids - offsets[seq]
-    return offsets, seq, local, slots
+    ends = torch.cumsum((cu_seqlens[1:] - cu_seqlens[:-1] + (CHUNK - 1)) // CHUNK, 0)
+    slots = math.ceil(T / CHUNK) if n == 1 else T // CHUNK + n
+    return ends, max(slots, 1)
 
 
 def chunk_kda(
@@ -570,15 +601,13 @@ def chunk_kda(
         if B != 1:
             raise ValueError("varlen KDA requires batch size 1")
         cu = cu_seqlens
-        fixed_chunks = None
     else:
-        cu = torch.arange(B + 1, dtype=torch.int32, device=q.device) * T
-        fixed_chunks = B * math.ceil(T / CHUNK)
+        cu = _fixed_cu(B, T, q.device)
     N = cu.numel() - 1
     if initial_state_indices.numel() != N:
         raise ValueError(f"initial_state_indices must have one slot per sequence ({N})")
     total = B * T
-    offsets, chunk_seq, chunk_local, slots = _chunk_map(cu, total, fixed_chunks)
+    ends, slots = _chunk_ends(cu_seqlens, B, total if cu_seqlens is not None else T, q.device)
 
     q_rows = q.reshape(total * H, K)
     k_rows = k.reshape(total * H, K)
@@ -599,8 +628,9 @@ def chunk_kda(
     has_bias = bias is not None
     bias = bias.reshape(HV * K) if has_bias else a_log
     gcum = torch.empty(total * HV, K, dtype=torch.float32, device=dev)
+    decay = torch.empty(slots * HV, K, dtype=torch.float32, device=dev)
     _kernels["gate"](
-        g_rows, a_log, bias, cu, chunk_seq, chunk_local, gcum,
+        g_rows, a_log, bias, cu, ends, gcum, decay,
         float(lower_bound if lower_bound is not None else 0.0), gate_mode, has_bias, HV,
     )  # fmt: skip
 
@@ -608,9 +638,8 @@ def chunk_kda(
     kg = torch.empty_like(w)
     qg = torch.empty_like(w)
     aqk = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
-    decay = torch.empty(slots * HV, K, dtype=torch.float32, device=dev)
     _kernels["intra"](
-        q_rows, k_rows, v_rows, gcum, gcum.view(-1), beta_rows, cu, chunk_seq, chunk_local,
+        q_rows, k_rows, v_rows, gcum, gcum.view(-1), beta_rows, cu, ends,
         w, kg, qg, aqk, decay, float(scale), bool(use_qk_l2norm_in_kernel), bool(beta_is_raw), HV, HV // H,
     )  # fmt: skip
 
@@ -628,17 +657,17 @@ def chunk_kda(
         raise ValueError("initial_state must be a contiguous [slots,HV,V,K] pool")
     pool_rows = initial_state.view(-1, K)
     _kernels["state"](
-        w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, offsets,
+        w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
         h, track_rows, track_chunk, fuse, need_h, has_track, HV,
     )  # fmt: skip
     if not fuse:
-        _kernels["output"](v_rows, qg, aqk, h, cu, chunk_seq, chunk_local, HV)
+        _kernels["output"](v_rows, qg, aqk, h, decay, cu, ends, HV)
 
     o = out.view(B, T, HV, V)
     if output_intermediate_states:
         if cu_seqlens is None:
             nt = math.ceil(T / CHUNK)
             return o, h[: slots * HV * V].view(B, nt, HV, V, K)
-        n_chunks = int(offsets[-1])  # host sync, only on this path
+        n_chunks = int(ends[-1])  # host sync, only on this path
         return o, h[: n_chunks * HV * V].view(1, n_chunks, HV, V, K)
     return o
