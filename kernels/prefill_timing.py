@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import torch
-
 from kdakit.kernels import prefill
 
 
