@@ -262,6 +262,6 @@ def register(subparsers) -> None:
     g.add_argument("--model", default=None, help="served model name (default: the server's /v1/models)")
     g.add_argument("--limit", type=int, default=None, help="override: score only the first N questions")
     g.add_argument("--threshold", type=float, default=None, help="override the protocol's pass threshold")
-    g.add_argument("--protocols", default=None, help=argparse.SUPPRESS)  # tests: another protocols.toml
+    g.add_argument("--protocols", default=None, help="another protocols.toml (custom runs, tests)")
     context.add_record_options(g)
     g.set_defaults(func=run_gsm8k)

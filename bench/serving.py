@@ -1,0 +1,344 @@
+"""`kdakit bench serving`: the PR's serving-throughput protocol through SGLang's own benchmark client.
+
+For every point of the protocol: an optional warm-up run, then `runs` runs of
+`python -m sglang.benchmark.serving`, each into a fresh JSONL file (the client appends), each checked for
+`completed == num_prompts`. The median output throughput of the runs is the point's number. Raw files
+(JSONL lines and console logs) stay beside the record `<arm>-<protocol>.result.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from kdakit import context, results
+from kdakit.errors import UsageError
+
+PROTOCOLS_FILE = Path(__file__).with_name("protocols.toml")
+CLIENT = [sys.executable, "-m", "sglang.benchmark.serving"]
+DATASETS = ("sharegpt", "random-ids")
+RANDOM_IDS_NOTE = (
+    "dataset random-ids (random token ids, ShareGPT not staged): EAGLE acceptance length, and so throughput, "
+    "differ from the PR's ShareGPT-text runs; compare arms with each other, not with the published numbers"
+)
+
+
+@dataclass(frozen=True)
+class Point:
+    input_len: int
+    output_len: int
+    concurrency: int
+    num_prompts: int
+
+    @property
+    def label(self) -> str:
+        return f"i{self.input_len}-o{self.output_len}-c{self.concurrency}"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    source: str
+    backend: str
+    dataset: str
+    random_range_ratio: float
+    seed: int
+    temperature: float
+    runs: int
+    warmup: bool
+    metric: str
+    points: tuple[Point, ...] = field(default_factory=tuple)
+
+
+def load_protocols(path: Path = PROTOCOLS_FILE) -> dict[str, Protocol]:
+    doc = tomllib.loads(Path(path).read_text())
+    protocols = {}
+    for name, table in doc.get("protocol", {}).items():
+        table = dict(table)
+        try:
+            points = tuple(Point(**p) for p in table.pop("points"))
+            protocols[name] = Protocol(name=name, points=points, **table)
+        except (TypeError, KeyError) as exc:
+            raise UsageError(f"{path}: protocol {name!r}: {exc}") from None
+        if protocols[name].dataset not in DATASETS:
+            raise UsageError(f"{path}: protocol {name!r}: dataset must be one of {', '.join(DATASETS)}")
+    return protocols
+
+
+def client_argv(
+    protocol: Protocol,
+    point: Point,
+    *,
+    base_url: str,
+    tokenizer: str,
+    dataset: str,
+    dataset_path: str | None,
+    output_file: Path,
+    num_prompts: int,
+    tag: str,
+    model: str | None = None,
+) -> list[str]:
+    argv = ["--backend", protocol.backend, "--base-url", base_url, "--tokenizer", tokenizer]
+    if model:
+        argv += ["--model", model]
+    if dataset == "sharegpt":
+        argv += ["--dataset-name", "random", "--dataset-path", str(dataset_path)]
+    else:
+        argv += ["--dataset-name", "random-ids"]
+    argv += [
+        "--random-input-len", str(point.input_len),
+        "--random-output-len", str(point.output_len),
+        "--random-range-ratio", str(protocol.random_range_ratio),
+        "--num-prompts", str(num_prompts),
+        "--max-concurrency", str(point.concurrency),
+        "--request-rate", "inf",
+        "--seed", str(protocol.seed),
+        "--temperature", str(protocol.temperature),
+        "--output-file", str(output_file),
+        "--tag", tag,
+    ]  # fmt: skip
+    return argv
+
+
+class RunFailed(Exception):
+    pass
+
+
+def parse_client_output(path: Path, num_prompts: int) -> dict:
+    """One run's numbers from the client's JSONL (exactly one line expected: the file is fresh per run)."""
+    try:
+        lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        raise RunFailed(
+            "the client wrote no output file (it exits without one when every request failed)"
+        ) from None
+    if len(lines) != 1:
+        raise RunFailed(f"{path.name}: expected one result line, found {len(lines)}")
+    try:
+        row = json.loads(lines[0])
+    except json.JSONDecodeError as exc:
+        raise RunFailed(f"{path.name}: not JSON ({exc.msg})") from None
+    missing = [k for k in ("completed", "output_throughput", "total_throughput", "duration") if k not in row]
+    if missing:
+        raise RunFailed(f"{path.name}: no {', '.join(missing)} in the client's output")
+    if row["completed"] != num_prompts:
+        raise RunFailed(f"completed {row['completed']} of {num_prompts} requests")
+    return {
+        "completed": int(row["completed"]),
+        "num_prompts": num_prompts,
+        "output_throughput": float(row["output_throughput"]),
+        "total_throughput": float(row["total_throughput"]),
+        "duration_s": float(row["duration"]),
+        "accept_length": row.get("accept_length"),
+        "median_ttft_ms": row.get("median_ttft_ms"),
+        "median_tpot_ms": row.get("median_tpot_ms"),
+        "median_itl_ms": row.get("median_itl_ms"),
+        "server_info": row.get("server_info"),
+    }
+
+
+def summarize_point(point: Point, runs: list[dict], expected_runs: int, error: str | None) -> dict:
+    """The point's record: ok only when every run succeeded; medians over the runs."""
+    ok = error is None and len(runs) == expected_runs
+    accept = [r["accept_length"] for r in runs if isinstance(r.get("accept_length"), int | float)]
+    summary = {
+        "input_len": point.input_len,
+        "output_len": point.output_len,
+        "concurrency": point.concurrency,
+        "num_prompts": point.num_prompts,
+        "status": "ok" if ok else "failed",
+        "runs": runs,
+        "median_output_throughput": results.median([r["output_throughput"] for r in runs]) if ok else None,
+        "median_total_throughput": results.median([r["total_throughput"] for r in runs]) if ok else None,
+        "accept_length": results.median(accept),
+    }
+    if error:
+        summary["error"] = error
+    return summary
+
+
+def _run_client(cmd: list[str], argv: list[str], log: Path) -> int:
+    with open(log, "w") as f:
+        f.write("$ " + shlex.join(cmd + argv) + "\n")
+        f.flush()
+        return subprocess.call(cmd + argv, stdout=f, stderr=subprocess.STDOUT)
+
+
+def _tokenizer(args: argparse.Namespace, info: dict | None) -> str:
+    if args.tokenizer:
+        return args.tokenizer
+    for key in ("tokenizer_path", "model_path"):
+        candidate = (info or {}).get(key)
+        if candidate and Path(candidate).exists():
+            return str(candidate)
+    raise UsageError("no tokenizer: pass --tokenizer (the model folder, or any local tokenizer folder)")
+
+
+def run_serving(args: argparse.Namespace) -> int:
+    protocols = load_protocols(Path(args.protocols) if args.protocols else PROTOCOLS_FILE)
+    if args.protocol not in protocols:
+        raise UsageError(f"unknown protocol {args.protocol!r}; known: {', '.join(sorted(protocols))}")
+    protocol = protocols[args.protocol]
+    runs = args.runs if args.runs is not None else protocol.runs
+    if runs < 1:
+        raise UsageError("--runs must be at least 1")
+    dataset = args.dataset or protocol.dataset
+    dataset_path = args.dataset_path or os.environ.get("KDAKIT_SHAREGPT")
+    if dataset == "sharegpt":
+        if not dataset_path:
+            raise UsageError(
+                "ShareGPT is not staged: pass --dataset-path FILE, or choose --dataset random-ids"
+            )
+        if not Path(dataset_path).is_file():
+            raise UsageError(f"--dataset-path: no such file {dataset_path}")
+
+    base_url = context.normalize_base_url(args.base_url)
+    if context.get_json(f"{base_url}/v1/models") is None:
+        raise UsageError(f"no server answers at {base_url}/v1/models")
+    info = context.server_info(base_url)
+    tokenizer = _tokenizer(args, info)
+    where = context.resolve(args, "serving", info)
+    out: Path = where["out"]
+    out.mkdir(parents=True, exist_ok=True)
+    stem = context.fresh_stem(out, f"{where['arm']}-{protocol.name}")
+    raw = out / stem
+    raw.mkdir(parents=True)
+    cmd = shlex.split(args.client_cmd) if args.client_cmd else CLIENT
+
+    console = Console(stderr=True)
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("elapsed"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    n = len(protocol.points)
+    points: list[dict] = []
+    server_args = None
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("serving benchmark", total=n * runs)
+        for i, point in enumerate(protocol.points, 1):
+            folder = raw / point.label
+            folder.mkdir()
+            where_text = f"point {i}/{n} ({point.input_len}/{point.output_len}, C{point.concurrency})"
+            common = dict(base_url=base_url, tokenizer=tokenizer, dataset=dataset, dataset_path=dataset_path)
+            error = None
+            if protocol.warmup:
+                progress.update(task, description=f"{where_text} warm-up")
+                argv = client_argv(
+                    protocol, point, **common, output_file=folder / "warmup.jsonl",
+                    num_prompts=point.concurrency, tag=f"kdakit:{stem}:{point.label}:warmup",
+                    model=args.model,
+                )  # fmt: skip
+                if _run_client(cmd, argv, folder / "warmup.log") != 0:
+                    error = f"warm-up failed (see {point.label}/warmup.log)"
+            point_runs: list[dict] = []
+            for j in range(1, runs + 1):
+                if error:
+                    break
+                progress.update(task, description=f"{where_text} run {j}/{runs}")
+                jsonl = folder / f"run{j}.jsonl"
+                argv = client_argv(
+                    protocol, point, **common, output_file=jsonl, num_prompts=point.num_prompts,
+                    tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
+                )  # fmt: skip
+                code = _run_client(cmd, argv, folder / f"run{j}.log")
+                try:
+                    parsed = parse_client_output(jsonl, point.num_prompts)
+                    if code != 0:
+                        raise RunFailed(f"client exited {code}")
+                except RunFailed as exc:
+                    error = f"run {j}: {exc} (see {point.label}/run{j}.log)"
+                    break
+                server_info = parsed.pop("server_info")
+                if server_args is None and isinstance(server_info, dict):
+                    server_args = server_info
+                parsed["index"] = j
+                parsed["raw_file"] = f"{stem}/{point.label}/run{j}.jsonl"
+                point_runs.append(parsed)
+                progress.advance(task)
+            summary = summarize_point(point, point_runs, runs, error)
+            progress.advance(task, runs - len(point_runs))
+            points.append(summary)
+            if summary["status"] == "ok":
+                values = ", ".join(f"{r['output_throughput']:.2f}" for r in point_runs)
+                accept = summary["accept_length"]
+                accept_text = f", accept length {accept:.3f}" if accept is not None else ""
+                progress.console.print(
+                    f"{where_text}: {summary['median_output_throughput']:.2f} output tok/s "
+                    f"(median of {values}){accept_text}"
+                )
+            else:
+                progress.console.print(f"[red]{where_text}: FAILED: {error}")
+
+    notes = [
+        f"client python -m sglang.benchmark.serving, backend {protocol.backend}, source {protocol.source}"
+    ]
+    if dataset == "random-ids":
+        notes.append(RANDOM_IDS_NOTE)
+    metrics = {
+        "dataset": dataset
+        if dataset == "random-ids"
+        else f"random (ShareGPT text: {Path(dataset_path).name})",
+        "backend": protocol.backend,
+        "runs_per_point": runs,
+        "server_args": server_args if server_args is not None else info,
+        "points": points,
+    }
+    record = results.new_record(
+        "serving",
+        run_id=where["run_id"],
+        host=where["host"],
+        sku=where["sku"],
+        arm=where["arm"],
+        protocol=protocol.name,
+        metrics=metrics,
+        run_dir=where["run_dir"],
+        notes=notes,
+        artifacts=[stem],
+    )
+    path = results.write_result(out / f"{stem}.result.json", record)
+    failed = [p for p in points if p["status"] != "ok"]
+    print(f"[bench] {n - len(failed)}/{n} points ok -> {path}")
+    return 1 if failed else 0
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("bench", help="serving benchmarks against a running server")
+    sub = parser.add_subparsers(dest="bench_name", required=True, metavar="BENCH")
+    s = sub.add_parser(
+        "serving",
+        help="the PR's serving throughput protocol with SGLang's benchmark client",
+        description="Exit 0: every point completed; 1: a point failed (recorded as failed, never dropped).",
+    )
+    s.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:30000")
+    s.add_argument("--protocol", default="pr")
+    s.add_argument("--dataset", choices=DATASETS, default=None, help="default: the protocol's (sharegpt)")
+    s.add_argument("--dataset-path", default=None, help="ShareGPT JSON (default: $KDAKIT_SHAREGPT)")
+    s.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the server's model path)")
+    s.add_argument("--model", default=None, help="model name for the client (default: asked from the server)")
+    s.add_argument("--runs", type=int, default=None, help="override the protocol's runs per point")
+    s.add_argument("--protocols", default=None, help="another protocols.toml (custom sweeps, tests)")
+    s.add_argument("--client-cmd", default=None, help=argparse.SUPPRESS)  # tests: a stand-in client
+    context.add_record_options(s)
+    s.set_defaults(func=run_serving)
