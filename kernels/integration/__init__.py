@@ -230,6 +230,11 @@ def site_packages_of_sglang() -> Path:
 # What the patched SGLang actually calls.
 
 
+class _NotCalled:
+    def __getattr__(self, name):
+        raise RuntimeError("kdakit.kernels.integration.resolve() builds the adapter only to inspect it")
+
+
 def resolve(instantiate: bool = True) -> dict[str, str]:
     """Phase -> module of the callable SGLang's Helion adapter uses, under the current environment.
 
@@ -242,7 +247,10 @@ def resolve(instantiate: bool = True) -> dict[str, str]:
     result = {"kernels": selected_kernels() if modules is not None else "unpatched"}
     modules = modules or dict(UPSTREAM_MODULES)
     if instantiate:
-        kernel = adapter.HelionKDAKernel(enable_decode=True, enable_prefill=True)
+        # A stand-in Triton fallback: only the Helion entry points are inspected, never called.
+        kernel = adapter.HelionKDAKernel(
+            triton_fallback=_NotCalled(), enable_decode=True, enable_prefill=True
+        )
         result["decode"] = kernel._packed_decode.__module__
         result["prefill"] = kernel._chunk_kda.__module__
     else:
