@@ -84,16 +84,20 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if not state.get("Running"):
             cause = last_log_line(args.docker_host, args.container)
-            print(f"container {args.container} exited with code {state.get('ExitCode')} after {waited:.0f} s "
-                  f"before {args.url} answered; last log line: {cause or '(empty)'}. Fix: read server.log in "
-                  f"the collected results")
+            print(
+                f"container {args.container} exited with code {state.get('ExitCode')} after {waited:.0f} s "
+                f"before {args.url} answered; last log line: {cause or '(empty)'}. Fix: read server.log in "
+                f"the collected results"
+            )
             return 1
         if healthy(args.url):
             print(f"{args.url} answered 200 after {waited:.0f} s")
             return 0
         if waited > args.timeout:
-            print(f"{args.url} did not answer within {args.timeout:.0f} s while {args.container} kept running. "
-                  f"Fix: read server.log; raise kdakit_server_ready_timeout for slow model loads")
+            print(
+                f"{args.url} did not answer within {args.timeout:.0f} s while {args.container} kept running. "
+                f"Fix: read server.log; raise kdakit_server_ready_timeout for slow model loads"
+            )
             return 1
         time.sleep(args.interval)
 

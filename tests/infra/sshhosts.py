@@ -1,0 +1,278 @@
+"""SSH test hosts for the playbooks: one network namespace per host (veth pair, 10.79.<i>.0/30 addresses that
+exist only inside our namespaces), one sshd per namespace, optionally one dockerd per namespace (so that
+host-network containers of two hosts never share a network stack), and a stand-in `nvidia-smi` per host
+that reports N GPUs of a chosen model.
+
+The hosts share the controller's file system; each gets its own folder (root/<name>/) for its sshd, engine,
+stand-in binaries, model weights and results. Everything is stopped by PID; `down()` is idempotent.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.infra import dockerd
+
+SSHD = "/usr/sbin/sshd"
+SUBNET = "10.79"
+
+# Prints what the real nvidia-smi prints for the queries the kit makes (fields chosen by --query-gpu).
+NVIDIA_SMI_STANDIN = """#!/usr/bin/env python3
+import sys
+COUNT, MODEL, DRIVER = {count}, {model!r}, {driver!r}
+args = sys.argv[1:]
+fields = {{"index": None, "name": MODEL, "driver_version": DRIVER, "memory.used": "0", "memory.total": "143771",
+          "uuid": None, "vbios_version": "96.00.AF.00.01", "temperature.gpu": "31", "power.draw": "74.12"}}
+query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
+if any(a.startswith("--query-compute-apps") for a in args):
+    sys.exit(0)
+if query:
+    names = query.split(",")
+    fmt = next((a.split("=", 1)[1] for a in args if a.startswith("--format=")), "csv")
+    if "noheader" not in fmt:
+        print(", ".join(names))
+    for i in range(COUNT):
+        row = {{**fields, "index": str(i), "uuid": f"GPU-standin-{{i:04d}}"}}
+        print(", ".join(row.get(n) or "[N/A]" for n in names))
+    sys.exit(0)
+if "-q" in args:
+    print(f"==============NVSMI LOG==============\\nDriver Version : {{DRIVER}}\\nAttached GPUs : {{COUNT}}")
+    for i in range(COUNT):
+        print(f"GPU 00000000:{{i:02X}}:00.0\\n    Product Name : {{MODEL}}")
+    sys.exit(0)
+if "-L" in args:
+    for i in range(COUNT):
+        print(f"GPU {{i}}: {{MODEL}} (UUID: GPU-standin-{{i:04d}})")
+    sys.exit(0)
+print("stand-in nvidia-smi: unsupported arguments", args, file=sys.stderr)
+sys.exit(2)
+"""
+
+
+class HostError(RuntimeError):
+    pass
+
+
+def unavailable_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "network namespaces and sshd need root"
+    for tool in (SSHD, shutil.which("ip"), shutil.which("nsenter"), shutil.which("ssh-keygen")):
+        if not tool or not os.access(tool, os.X_OK):
+            return (
+                f"{tool or 'ip/nsenter/ssh-keygen'} missing: install openssh-server openssh-client iproute2"
+            )
+    return dockerd.unavailable_reason()
+
+
+@dataclass
+class TestHost:
+    name: str
+    index: int
+    root: Path
+    gpus: int
+    gpu_model: str
+    engine: dockerd.Dockerd | None = None
+
+    @property
+    def netns(self) -> str:
+        return f"kdakit-{self.name}"
+
+    @property
+    def address(self) -> str:
+        return f"{SUBNET}.{self.index}.2"
+
+    @property
+    def peer_address(self) -> str:
+        return f"{SUBNET}.{self.index}.1"
+
+    @property
+    def veth(self) -> str:
+        return f"kdk-{self.name}"  # interface names are at most 15 characters
+
+    @property
+    def nvidia_smi(self) -> Path:
+        return self.root / "bin" / "nvidia-smi"
+
+    @property
+    def model_path(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def sshd_pidfile(self) -> Path:
+        return self.root / "sshd.pid"
+
+
+def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise HostError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc
+
+
+def _port_open(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _write_standins(host: TestHost, driver: str) -> None:
+    host.nvidia_smi.parent.mkdir(parents=True, exist_ok=True)
+    host.nvidia_smi.write_text(
+        NVIDIA_SMI_STANDIN.format(count=host.gpus, model=host.gpu_model, driver=driver)
+    )
+    host.nvidia_smi.chmod(0o755)
+    host.model_path.mkdir(parents=True, exist_ok=True)
+    (host.model_path / "config.json").write_text('{"model_type": "stand-in"}\n')
+    (host.model_path / "model-00001-of-00001.safetensors").write_bytes(b"\0" * 16)
+
+
+def client_key(root: Path) -> Path:
+    key = root / "id_ed25519"
+    if not key.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)])
+    shutil.copy(f"{key}.pub", root / "authorized_keys")
+    (root / "authorized_keys").chmod(0o600)
+    return key
+
+
+def up(
+    root: Path,
+    specs: list[tuple[str, int, str]],
+    *,
+    engine_root: Path | None = None,
+    driver: str = "580.95.05",
+) -> list[TestHost]:
+    """Start one host per (name, gpu count, gpu model); with engine_root, a dockerd per host under it."""
+    reason = unavailable_reason()
+    if reason:
+        raise HostError(reason)
+    root = Path(root)
+    client_key(root)
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    hosts = []
+    try:
+        for i, (name, gpus, model) in enumerate(specs, start=1):
+            host = TestHost(name, i, root / name, gpus, model)
+            hosts.append(host)
+            _down_one(host)  # leftovers of an interrupted run
+            host.root.mkdir(parents=True, exist_ok=True)
+            _write_standins(host, driver)
+            _run(["ip", "netns", "add", host.netns])
+            _run(["ip", "link", "add", f"{host.veth}a", "type", "veth", "peer", "name", f"{host.veth}b"])
+            _run(["ip", "link", "set", f"{host.veth}b", "netns", host.netns])
+            _run(["ip", "addr", "add", f"{host.peer_address}/30", "dev", f"{host.veth}a"])
+            _run(["ip", "link", "set", f"{host.veth}a", "up"])
+            _run(["ip", "-n", host.netns, "addr", "add", f"{host.address}/30", "dev", f"{host.veth}b"])
+            _run(["ip", "-n", host.netns, "link", "set", f"{host.veth}b", "up"])
+            _run(["ip", "-n", host.netns, "link", "set", "lo", "up"])
+            hostkey = host.root / "hostkey"
+            if not hostkey.exists():
+                _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)])
+            config = host.root / "sshd_config"
+            config.write_text(
+                "\n".join(
+                    [
+                        f"ListenAddress {host.address}",
+                        f"HostKey {hostkey}",
+                        f"PidFile {host.sshd_pidfile}",
+                        f"AuthorizedKeysFile {root / 'authorized_keys'}",
+                        "PermitRootLogin prohibit-password",
+                        "PasswordAuthentication no",
+                        "KbdInteractiveAuthentication no",
+                        "UsePAM no",
+                        "StrictModes no",
+                        "Subsystem sftp internal-sftp",
+                        "MaxSessions 50",
+                        "MaxStartups 50:30:100",
+                        "",
+                    ]
+                )
+            )
+            _run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    host.netns,
+                    SSHD,
+                    "-f",
+                    str(config),
+                    "-E",
+                    str(host.root / "sshd.log"),
+                ]
+            )
+            if engine_root is not None:
+                host.engine = dockerd.start(Path(engine_root) / name, netns=host.netns)
+        deadline = time.monotonic() + 20
+        for host in hosts:
+            while not _port_open(host.address, 22):
+                if time.monotonic() > deadline:
+                    raise HostError(f"sshd of {host.name} does not answer on {host.address}:22")
+                time.sleep(0.1)
+        return hosts
+    except BaseException:
+        down(hosts)
+        raise
+
+
+def _kill_pidfile(pidfile: Path) -> None:
+    try:
+        pid = int(pidfile.read_text().strip())
+        if b"sshd" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGTERM)
+    except (OSError, ValueError):
+        pass
+    pidfile.unlink(missing_ok=True)
+
+
+def _down_one(host: TestHost) -> None:
+    if host.engine is not None:
+        host.engine.stop()
+        host.engine = None
+    _kill_pidfile(host.sshd_pidfile)
+    _run(["ip", "netns", "del", host.netns], check=False)
+    _run(["ip", "link", "del", f"{host.veth}a"], check=False)
+
+
+def down(hosts: list[TestHost]) -> None:
+    """Stop engines and sshds by PID, delete namespaces and links; safe to call twice."""
+    for host in hosts:
+        _down_one(host)
+
+
+def inventory(
+    hosts: list[TestHost],
+    root: Path,
+    group: str,
+    host_vars: dict | None = None,
+    group_vars: dict | None = None,
+) -> dict:
+    """An Ansible YAML inventory (as a dict) for the hosts, all in one group."""
+    key = root / "id_ed25519"
+    entries = {}
+    for h in hosts:
+        entries[h.name] = {
+            "ansible_host": h.address,
+            "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(key),
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "kdakit_nvidia_smi": str(h.nvidia_smi),
+            "kdakit_model_path": str(h.model_path),
+            "kdakit_host_results_root": str(h.root / "results"),
+            "kdakit_host_state_dir": str(h.root / "state"),
+            "kdakit_image_disk_path": str(h.root),
+            **({"kdakit_docker_host": h.engine.host} if h.engine else {}),
+            **((host_vars or {}).get(h.name, {})),
+        }
+    return {group: {"hosts": entries, "vars": dict(group_vars or {})}}
