@@ -286,7 +286,47 @@ def render_table(result: dict) -> str:
     ]
     if failed:
         lines += ["", "Failures:"] + [f"- {f}" for f in failed]
+    verdicts = targets(result)
+    if verdicts:
+        lines += ["", "Issue 7 performance targets (kdakit Helion):", ""]
+        lines += [f"- {'PASS' if ok else 'MISS'} {what}" for what, ok in verdicts]
     return "\n".join(lines)
+
+
+# Issue 7's targets: decode <= 0.70x the non-packed Triton path and faster than every other SGLang path,
+# within 1.15x of the HBM floor at B = 48; verify <= 0.85x SGLang's Triton verify.
+DECODE_VS_TRITON = 0.70
+DECODE_FLOOR_RATIO = 1.15
+VERIFY_VS_TRITON = 0.85
+
+
+def targets(result: dict) -> list[tuple[str, bool]]:
+    """(description with the measured numbers, met?) for every target the run has numbers for."""
+    out = []
+    for row in result["rows"]:
+        ours = _arm_median(row, "helion-kdakit")
+        if ours is None:
+            continue
+        label = f"{row['phase']} {row['shape_label']}"
+        triton = _arm_median(row, "triton")
+        if row["phase"] == "decode":
+            if triton:
+                ratio = ours / triton
+                out.append((f"{label}: {ratio:.2f}x Triton non-packed (target <= {DECODE_VS_TRITON})",
+                            ratio <= DECODE_VS_TRITON))  # fmt: skip
+            others = {a: _arm_median(row, a) for a in ARMS["decode"] if a not in ("triton", "helion-kdakit")}
+            for arm, t in others.items():
+                if t:
+                    out.append((f"{label}: {ours:.2f} vs {arm} {t:.2f} µs (target: faster)", ours < t))
+            if row.get("batch") == 48 and row.get("floor_us"):
+                ratio = ours / row["floor_us"]
+                out.append((f"{label}: {ratio:.2f}x the HBM floor (target <= {DECODE_FLOOR_RATIO})",
+                            ratio <= DECODE_FLOOR_RATIO))  # fmt: skip
+        elif row["phase"] == "verify" and triton:
+            ratio = ours / triton
+            out.append((f"{label}: {ratio:.2f}x Triton verify (target <= {VERIFY_VS_TRITON})",
+                        ratio <= VERIFY_VS_TRITON))  # fmt: skip
+    return out
 
 
 def normalized_rows(result: dict) -> list[dict]:
