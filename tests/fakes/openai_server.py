@@ -376,5 +376,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def start_background(*args: str, python: str = sys.executable, timeout: float = 20.0):
+    """Start this server in a child process on a free port: (Popen, base URL). Stop it with .terminate()."""
+    import subprocess
+    import tempfile
+
+    errors = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a chatty server never blocks on it
+    proc = subprocess.Popen(
+        [python, __file__, "--port", "0", *args], stdout=subprocess.PIPE, stderr=errors, text=True
+    )
+    deadline = time.monotonic() + timeout
+    line = proc.stdout.readline() if proc.stdout else ""
+    if "listening on " not in line or time.monotonic() > deadline:
+        proc.kill()
+        proc.wait()
+        errors.seek(0)
+        raise RuntimeError(f"fake server did not start: {line!r} {errors.read()[-2000:]}")
+    return proc, line.strip().rsplit(" ", 1)[1]
+
+
 if __name__ == "__main__":
     sys.exit(main())
