@@ -493,6 +493,12 @@ def configure(configs: dict[str, dict] | None = None, fuse_output: bool | None =
 configure()
 
 
+def reset() -> None:
+    """Fresh kernel objects (drops every compiled specialization), as in a new process."""
+    _built.clear()
+    configure({}, DEFAULT_FUSE_OUTPUT)
+
+
 def _configure_from_env() -> None:
     raw = os.environ.get("KDAKIT_PREFILL_CONFIGS")
     if raw:

@@ -1,0 +1,178 @@
+"""kdakit's Helion chunked KDA prefill on CPU (Triton interpreter, small shapes) against the fp64 reference.
+
+Token-by-token comparison of the output, the state at every chunk start (output_intermediate_states) and
+the final pool state. Tolerances are absolute, for unit-scale data: the kernels keep SGLang's bf16
+intermediates (h, W, U, Aqk in bf16 for the dots, fp32 accumulation and fp32 state).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kdakit.kernels import prefill
+from kdakit.kernels import reference as R
+from kdakit.kernels.testing import interpreter
+
+K = V = 32
+O_TOL = 1.5e-2
+S_TOL = 3e-2
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cpu_interpreter():
+    with interpreter():
+        yield
+
+
+def make(lens, *, B=1, H=2, HV=2, pad=0, seed=0, slots=None, indices=None):
+    """Varlen inputs (B = 1, lens packed) or fixed-length (B > 1, one length)."""
+    gen = torch.Generator().manual_seed(seed)
+    T = sum(lens) if B == 1 else lens[0]
+
+    def rnd(*shape, s=1.0, dtype=torch.bfloat16):
+        return (torch.randn(*shape, generator=gen) * s).to(dtype)
+
+    n = len(lens) if B == 1 else B
+    slots = slots or 2 * n + 1
+    return dict(
+        q=rnd(B, T, H, K),
+        k=rnd(B, T, H, K),
+        v=rnd(B, T, HV, V),
+        g=rnd(B, T + pad, HV, K),
+        beta=rnd(B, T + pad, HV),
+        A_log=rnd(HV, s=0.5, dtype=torch.float32),
+        dt_bias=rnd(HV * K, s=0.3, dtype=torch.float32),
+        pool=rnd(slots, HV, V, K, s=0.3, dtype=torch.float32),
+        idx=torch.tensor(indices if indices is not None else [2 * i + 1 for i in range(n)]),
+        cu=torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32) if B == 1 else None,
+    )
+
+
+def sequences(x):
+    """(batch row, start, end) of every sequence."""
+    if x["cu"] is None:
+        T = x["q"].shape[1]
+        return [(b, 0, T) for b in range(x["q"].shape[0])]
+    cu = x["cu"].tolist()
+    return [(0, cu[n], cu[n + 1]) for n in range(len(cu) - 1)]
+
+
+def reference(x, g_log, beta):
+    """fp64 per sequence: outputs, state at each chunk start, final state."""
+    outs, chunk_states, finals = [], [], []
+    for n, (b, s, e) in enumerate(sequences(x)):
+        slot = int(x["idx"][n])
+        start = x["pool"][slot].double() if slot >= 0 else torch.zeros_like(x["pool"][0], dtype=torch.float64)
+        o, states = R.kda_recurrence(
+            x["q"][b, s:e], x["k"][b, s:e], x["v"][b, s:e], g_log[b, s:e], beta[b, s:e], start, K**-0.5, True
+        )
+        outs.append(o)
+        finals.append(states[-1] if e > s else start)
+        chunk_states += [start if c == 0 else states[64 * c - 1] for c in range((e - s + 63) // 64)]
+    return outs, chunk_states, finals
+
+
+def run(x, *, lower_bound=-5.0, gate_in_kernel=True, beta_is_raw=True, **extra):
+    v = x["v"].clone()
+    pool = x["pool"].clone()
+    if gate_in_kernel:
+        g, A_log, dt_bias = x["g"], x["A_log"], x["dt_bias"]
+    else:  # caller-activated log decay
+        g, A_log, dt_bias = R.kda_gate(x["g"], x["A_log"], x["dt_bias"], lower_bound).float(), None, None
+    out = prefill.chunk_kda(
+        x["q"], x["k"], v, g, x["beta"], initial_state=pool, initial_state_indices=x["idx"],
+        use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu"], A_log=A_log, dt_bias=dt_bias,
+        lower_bound=lower_bound, beta_is_raw=beta_is_raw, **extra,
+    )  # fmt: skip
+    return out, v, pool
+
+
+def check(x, out, pool, *, lower_bound, beta_is_raw=True, h=None):
+    T = x["q"].shape[1]
+    g_log = R.kda_gate(x["g"][:, :T], x["A_log"], x["dt_bias"], lower_bound)
+    beta = x["beta"][:, :T].double()
+    beta = torch.sigmoid(beta) if beta_is_raw else beta
+    outs, chunk_states, finals = reference(x, g_log, beta)
+    for (b, s, e), o_ref in zip(sequences(x), outs):
+        err = (out[b, s:e].double() - o_ref).abs().max().item() if e > s else 0.0
+        assert err < O_TOL, f"output of tokens {s}:{e}: {err}"
+    for n, final in enumerate(finals):
+        slot = int(x["idx"][n])
+        if slot >= 0:
+            err = (pool[slot].double() - final).abs().max().item()
+            assert err < S_TOL, f"final state of sequence {n}: {err}"
+    used = [int(i) for i in x["idx"] if int(i) >= 0]
+    untouched = [s for s in range(pool.shape[0]) if s not in used]
+    assert torch.equal(pool[untouched], x["pool"][untouched]), "a slot outside the indices was written"
+    if h is not None:  # varlen: [1, chunks, HV, V, K]
+        assert h.shape[1] == len(chunk_states)
+        for c, want in enumerate(chunk_states):
+            err = (h[0, c].double() - want).abs().max().item()
+            assert err < S_TOL, f"state at chunk {c}: {err}"
+
+
+def test_size_one_first_then_longer_in_one_process():
+    """T = 1 is compiled first (fresh kernels), then T = 3 and T = 70 reuse nothing poisoned."""
+    prefill.reset()
+    for T, seed in ((1, 1), (3, 2), (70, 3)):
+        x = make([T], seed=seed)
+        out, v, pool = run(x)
+        assert out.data_ptr() == v.data_ptr(), "o must be written into v's storage"
+        check(x, out, pool, lower_bound=-5.0)
+
+
+def test_mixed_lengths_varlen_with_chunk_states():
+    """Lengths 1, 17, 63, 64, 65, 130 in one varlen batch; output, every chunk-start state, final pool."""
+    x = make([17, 1, 63, 64, 65, 130], seed=4)
+    (out, h), v, pool = run(x, output_intermediate_states=True)
+    assert out.data_ptr() == v.data_ptr()
+    assert h.shape == (1, 1 + 1 + 1 + 1 + 2 + 3, 2, V, K)
+    check(x, out, pool, lower_bound=-5.0, h=h)
+
+
+def test_fixed_length_batch_softplus_gate_padded_rows_gva():
+    """B = 2 fixed length, unbounded (softplus) gate, g/beta with CUDA Graph padding rows, HV = 2 H."""
+    x = make([65], B=2, H=1, HV=2, pad=5, seed=5)
+    torch.manual_seed(0)
+    x["g"][:, 65:] = float("nan")  # padding rows must never be read
+    x["beta"][:, 65:] = float("nan")
+    out, _, pool = run(x, lower_bound=None)
+    check(x, out, pool, lower_bound=None)
+
+
+def test_preactivated_gate_post_sigmoid_beta_unfused_output_negative_slot():
+    """A_log None (g is the log decay), beta already in (0, 1), the 4-kernel (unfused) path, and a -1
+    slot: that sequence starts from zeros and writes no state."""
+    x = make([70, 20], seed=6, indices=[3, -1])
+    x["beta"] = torch.sigmoid(x["beta"].float()).to(torch.bfloat16)
+    prefill.configure({}, fuse_output=False)
+    try:
+        out, _, pool = run(x, gate_in_kernel=False, beta_is_raw=False)
+    finally:
+        prefill.configure({}, fuse_output=prefill.DEFAULT_FUSE_OUTPUT)
+    check(x, out, pool, lower_bound=-5.0, beta_is_raw=False)
+
+
+def test_short_g_or_beta_rejected():
+    x = make([10])
+    x["g"] = x["g"][:, :9]
+    with pytest.raises(ValueError, match="g and beta must cover every q token"):
+        run(x)
+    x = make([10])
+    x["beta"] = x["beta"][:, :9]
+    with pytest.raises(ValueError, match="g and beta must cover every q token"):
+        run(x)
+
+
+def test_contract_errors():
+    x = make([10])
+    with pytest.raises(ValueError, match="indexed initial-state pool"):
+        prefill.chunk_kda(x["q"], x["k"], x["v"], x["g"], x["beta"], cu_seqlens=x["cu"])
+    x = make([10], B=2)
+    with pytest.raises(ValueError, match="varlen KDA requires batch size 1"):
+        run(dict(x, cu=torch.tensor([0, 5, 10], dtype=torch.int32)))
+    x = make([10])
+    with pytest.raises(ValueError, match="powers of two"):
+        q = torch.zeros(1, 10, 2, 24, dtype=torch.bfloat16)
+        prefill.chunk_kda(q, q, x["v"], x["g"], x["beta"], initial_state=x["pool"],
+                          initial_state_indices=x["idx"], cu_seqlens=x["cu"])  # fmt: skip
