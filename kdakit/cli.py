@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "kdakit.health",
     "kdakit.evals.gsm8k",
     "kdakit.bench.serving",
+    "kdakit.report",
     "kdakit.kernels.cli",
     "kdakit.selftest",
 ]

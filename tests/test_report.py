@@ -1,0 +1,220 @@
+"""`kdakit report` on a fixture tree: golden Markdown, self-contained HTML, verdicts, missing points."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from kdakit import cli, report, results
+
+GOLDEN = Path(__file__).parent / "data" / "report" / "report.md"
+PROVENANCE = {
+    "kdakit_version": "0.1.0",
+    "git_sha": "0123456789abcdef0123456789abcdef01234567",
+    "image_id": "sha256:feedface",
+    "pins": {},
+    "gpus": ["NVIDIA H200"] * 4,
+    "driver": "580.65.06",  # pins: ignore
+    "server_command": None,
+}
+
+
+def _record(kind, arm, metrics, created, host="h200-a", protocol="pr", notes=None):
+    prov = copy.deepcopy(PROVENANCE)
+    if kind == "serving":
+        prov["server_command"] = {
+            "argv": [
+                "sglang",
+                "serve",
+                "--linear-attn-decode-backend",
+                arm,
+                "--linear-attn-verify-backend",
+                arm,
+            ],
+            "env": {},
+        }
+    record = results.new_record(
+        kind, run_id="ab-1", host=host, sku="H200", arm=arm, protocol=protocol, metrics=metrics,
+        provenance=prov, notes=notes,
+    )  # fmt: skip
+    record["created"] = created
+    return record
+
+
+def _point(i, o, c, n, values, status="ok", accept=3.4):
+    runs = [
+        {"index": j, "completed": n, "num_prompts": n, "output_throughput": v, "total_throughput": v * 5,
+         "duration_s": 10.0, "accept_length": accept, "raw_file": f"x/run{j}.jsonl"}
+        for j, v in enumerate(values, 1)
+    ]  # fmt: skip
+    ok = status == "ok"
+    return {
+        "input_len": i, "output_len": o, "concurrency": c, "num_prompts": n, "status": status, "runs": runs,
+        "median_output_throughput": results.median(values) if ok else None,
+        "median_total_throughput": results.median([v * 5 for v in values]) if ok else None,
+        "accept_length": accept,
+        **({} if ok else {"error": "run 2: completed 63 of 64 requests"}),
+    }  # fmt: skip
+
+
+def build_fixture_tree(root: Path) -> Path:
+    base = root / "ab-1" / "h200-a"
+    triton_points = [
+        _point(4096, 1024, 1, 8, [440.0, 436.0, 438.0]),
+        _point(4096, 1024, 16, 64, [2520.0, 2530.0, 2526.0]),
+        _point(4096, 1024, 48, 192, [3600.0, 3610.0, 3605.0]),
+        _point(32768, 1024, 1, 8, [265.0, 264.0, 266.0]),
+        _point(32768, 1024, 16, 64, [668.0, 670.0, 669.0]),
+    ]  # 32768/1024 C48 never measured: missing
+    helion_points = [
+        _point(4096, 1024, 1, 8, [443.0, 441.0, 442.0]),
+        _point(4096, 1024, 16, 64, [2500.0, 2508.0, 2510.0]),
+        _point(4096, 1024, 48, 192, [3598.0, 3601.0, 3590.0]),
+        _point(32768, 1024, 1, 8, [264.0, 263.0, 265.0]),
+        _point(32768, 1024, 16, 64, [660.0], status="failed"),
+    ]
+    for arm, points in (("triton", triton_points), ("helion", helion_points)):
+        metrics = {"dataset": "random-ids", "backend": "sglang", "runs_per_point": 3, "points": points}
+        note = ["client python -m sglang.benchmark.serving", "dataset random-ids: acceptance length differs"]
+        results.write_result(
+            base / "serving" / f"{arm}-pr.result.json",
+            _record("serving", arm, metrics, f"2026-11-29T09:0{len(arm) % 2}:00+00:00", notes=note),
+        )
+    rows = []
+    for phase, shape, t, h in [
+        ("prefill", "1x4096", 390.0, 430.0),
+        ("decode", "1x1", 7.1, 6.0),
+        ("decode", "16x1", 14.9, 11.2),
+        ("verify", "16x6", 39.0, 44.0),
+    ]:
+        rows += [
+            {
+                "phase": phase,
+                "shape": shape,
+                "arm": "triton",
+                "median_us": t,
+                "samples": 500,
+                "floor_us": None,
+            },
+            {
+                "phase": phase,
+                "shape": shape,
+                "arm": "helion",
+                "median_us": h,
+                "samples": 500,
+                "floor_us": None,
+            },
+        ]
+    rows.append({"phase": "decode", "shape": "48x1", "arm": "triton", "median_us": 40.0, "samples": 500})
+    rows.append(
+        {
+            "phase": "decode",
+            "shape": "48x1",
+            "arm": "helion",
+            "median_us": None,
+            "samples": 0,
+            "status": "failed",
+        }
+    )
+    results.write_result(
+        base / "kernels" / "kernels.result.json",
+        _record("kernels", "both", {"gpu": "NVIDIA H200", "rows": rows}, "2026-11-29T09:05:00+00:00"),
+    )
+    for j, (strict, flexible) in enumerate([(0.96, 0.99), (0.95, 0.92)], 1):
+        metrics = {
+            "run_index": j, "n_questions": 100, "accuracy_strict": strict, "accuracy_flexible": flexible,
+            "threshold": 0.93, "verdict_metric": "flexible",
+            "verdict": "pass" if flexible >= 0.93 else "fail",
+        }  # fmt: skip
+        results.write_result(
+            base / "gsm8k" / f"helion-pr-run{j}.result.json",
+            _record("gsm8k", "helion", metrics, f"2026-11-29T09:1{j}:00+00:00"),
+        )
+    return root
+
+
+def test_report_matches_golden_markdown(tmp_path):
+    root = build_fixture_tree(tmp_path / "results")
+    md_path, html_path = report.write_report(root, tmp_path / "out")
+    text = md_path.read_text()
+    if os.environ.get("KDAKIT_UPDATE_GOLDEN"):
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), (
+        "report.md changed; rerun with KDAKIT_UPDATE_GOLDEN=1 and review the diff"
+    )
+
+
+def test_report_content_missing_and_verdicts(tmp_path):
+    root = build_fixture_tree(tmp_path / "results")
+    sections = report.build(root, plots=False)
+    md = report.to_markdown(sections, "t")
+    # Our medians, changes and the published values beside them.
+    assert "| 4096 / 1024 | 1 | 438.00 | 442.00 | +0.91% | 438.42 | 442.10 | +0.84% | -0.10% | -0.02% |" in md
+    # Missing and failed points are shown, not dropped.
+    assert "| 32768 / 1024 | 48 | missing | missing | n/a | not published | not published |" in md
+    assert "| 32768 / 1024 | 16 | 669.00 | failed | n/a | 668.92 | 666.20 |" in md
+    assert "| decode | 48 × 1 | 40.00 | failed | n/a | 40.80 | 29.54 |" in md
+    assert "| verify | 1 × 6 | missing | missing | n/a | 18.69 | 12.16 |" in md
+    verdicts = {row[0]: (row[2], row[3]) for row in sections[1].blocks[0].rows}
+    parity = verdicts["Helion throughput is within ±1% of Triton on H200"]
+    assert parity[0] == "holds where measured"
+    assert "4 of 4 measured points agree" in parity[1] and "2 point(s) missing or failed" in parity[1]
+    assert (
+        verdicts["Helion reduces packed-decode latency on H200 (published 16–28%)"][0]
+        == "holds where measured"
+    )
+    assert (
+        verdicts["Helion prefill is slower than Triton on H200 in the tested shapes"][0]
+        == "holds where measured"
+    )
+    assert verdicts["Helion reduces packed-decode latency on B200 (published 18–38%)"][0] == "no data"
+    assert verdicts["GSM8K pr run 2 (helion, h200-a) reaches 0.93"][0] == "does not hold"
+    assert verdicts["GSM8K pr run 1 (helion, h200-a) reaches 0.93"][0] == "holds"
+
+
+def test_parity_claim_fails_when_a_point_deviates(tmp_path):
+    root = build_fixture_tree(tmp_path / "results")
+    path = root / "ab-1" / "h200-a" / "serving" / "helion-pr.result.json"
+    record = results.read_result(path)
+    point = record["metrics"]["points"][1]
+    point["runs"][0]["output_throughput"] = point["median_output_throughput"] = 2400.0  # -4.99% vs 2526
+    results.write_result(path, record)
+    verdicts = {row[0]: row[2] for row in report.build(root, plots=False)[1].blocks[0].rows}
+    assert verdicts["Helion throughput is within ±1% of Triton on H200"] == "does not hold"
+
+
+def test_html_is_self_contained_with_inline_plots(tmp_path):
+    root = build_fixture_tree(tmp_path / "results")
+    _, html_path = report.write_report(root, tmp_path / "out")
+    page = html_path.read_text()
+    assert page.count('src="data:image/png;base64,') == 2  # throughput vs concurrency + kernel latency
+    assert not re.search(r"(src|href)=\"(https?:)?//", page), "no external resources"
+    assert '<td class="nothold">does not hold</td>' in page
+    assert (tmp_path / "out" / "report-plots" / "serving-ab-1-h200-a-pr.png").stat().st_size > 1000
+
+
+def test_cli_rejects_invalid_results_with_one_line(tmp_path, capsys):
+    root = build_fixture_tree(tmp_path / "results")
+    bad = root / "ab-1" / "h200-a" / "gsm8k" / "helion-pr-run1.result.json"
+    bad.write_text(bad.read_text().replace('"accuracy_strict": 0.96', '"accuracy_strict": "0.96"'))
+    assert cli.main(["report", str(root), "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "helion-pr-run1.result.json: invalid kdakit.result.v1 record: metrics/accuracy_strict" in err
+    assert cli.main(["report", str(tmp_path / "empty")]) == 2
+
+
+@pytest.mark.parametrize("missing", ["serving", "kernels", "gsm8k"])
+def test_report_works_with_any_kind_absent(tmp_path, missing):
+    root = build_fixture_tree(tmp_path / "results")
+    for path in (root / "ab-1" / "h200-a" / missing).iterdir():
+        path.unlink()
+    md = report.to_markdown(report.build(root, plots=False), "t")
+    assert {"serving": "No serving results.", "kernels": "No kernel results.", "gsm8k": "No GSM8K results."}[
+        missing
+    ] in md
