@@ -40,12 +40,22 @@ KERNEL_MODULES = {
     "helion_prefill": "sglang.kernels.ops.attention.helion.kda_prefill",
 }
 # Whole folders extracted from the wheel (all their .py files).
-WHEEL_FOLDERS = ("sglang/kernels/ops/attention/fla/", "sglang/kernels/ops/attention/helion/")
+WHEEL_FOLDERS = (
+    "sglang/kernels/ops/attention/fla/",
+    "sglang/kernels/ops/attention/helion/",
+    # SGLang's CUDA-JIT toolchain, for the packed decode's CUDA fast path (used when msgspec and tvm_ffi
+    # import; see _JIT_UTILS_SHIM).
+    "sglang/kernels/jit/utils/",
+    "sglang/kernels/jit/include/",
+)
 WHEEL_FILES = (
     "sglang/kernels/ops/attention/linear/__init__.py",
     "sglang/kernels/ops/attention/linear/fused_sigmoid_gating_recurrent.py",
     "sglang/kernels/ops/attention/kda_packed_decode.py",
+    "sglang/kernels/jit/csrc/attention/kda_packed_decode.cuh",
+    "sglang/srt/environ.py",
 )
+JIT_SOURCE_SUFFIXES = (".py", ".h", ".cuh", ".hpp", ".inc")
 # SGLang's own package __init__ files import most of SGLang; these stand in for them.
 STUB_PACKAGES = (
     "sglang",
@@ -56,6 +66,7 @@ STUB_PACKAGES = (
     "sglang/srt",
 )
 MARKER = "kdakit-extract.json"
+LAYOUT = 2  # bump when the extracted file set changes, so old trees are extracted again
 
 _SRT_UTILS_STUB = '''"""kdakit stand-in for sglang.srt.utils: only what the KDA kernel modules import."""
 import functools
@@ -115,15 +126,33 @@ import torch
 from packaging import version
 
 torch_release = version.parse(torch.__version__).release
+
+
+def is_cuda():
+    return torch.cuda.is_available() and torch.version.cuda is not None
+
+
+def get_cuda_version():
+    return tuple(map(int, torch.version.cuda.split("."))) if torch.version.cuda else (0, 0)
 '''
 
-_JIT_UTILS_STUB = '''"""kdakit stand-in for sglang.kernels.jit.utils.
+_SGLANG_UTILS_STUB = '''"""kdakit stand-in for sglang.utils."""
+import os
 
-SGLang's CUDA-JIT toolchain (tvm_ffi, its C++ sources) is not extracted, so the CUDA-JIT packed decode
-(`kda_packed_decode`) raises here; everything the Triton kernels read (architecture, PDL) is real.
+
+def is_in_ci():
+    return os.environ.get("SGLANG_IS_IN_CI", "false").lower() in ("1", "true")
+'''
+
+_JIT_UTILS_SHIM = '''"""kdakit stand-in for sglang.kernels.jit.utils' __init__ (which only re-exports).
+
+SGLang's own JIT toolchain (the modules beside this file) needs msgspec and tvm_ffi; where both import, its
+names are re-exported and the CUDA-JIT packed decode builds with nvcc as in SGLang. Elsewhere the fallbacks
+below stand in: the architecture and PDL answers the Triton kernels read are real, and `load_jit` raises
+CudaJitUnavailable.
 """
 import functools
-from dataclasses import dataclass
+import importlib.util
 
 import torch
 
@@ -132,44 +161,50 @@ class CudaJitUnavailable(RuntimeError):
     pass
 
 
-@dataclass(frozen=True)
-class ArchInfo:
-    major: int
-    minor: int
-    suffix: str = ""
+TOOLCHAIN = all(importlib.util.find_spec(m) is not None for m in ("msgspec", "tvm_ffi"))
 
+if TOOLCHAIN:
+    from sglang.kernels.jit.utils.arch import get_jit_cuda_arch, is_arch_support_pdl  # noqa: F401
+    from sglang.kernels.jit.utils.common import cache_once  # noqa: F401
+    from sglang.kernels.jit.utils.compile import load_jit, make_cpp_args  # noqa: F401
+else:
+    from dataclasses import dataclass
 
-def cache_once(fn):
-    return functools.lru_cache(maxsize=None)(fn)
+    @dataclass(frozen=True)
+    class ArchInfo:
+        major: int
+        minor: int
+        suffix: str = ""
 
+    def cache_once(fn):
+        return functools.lru_cache(maxsize=None)(fn)
 
-@functools.lru_cache(maxsize=1)
-def get_jit_cuda_arch():
-    if not torch.cuda.is_available():
-        return ArchInfo(0, 0)
-    major, minor = torch.cuda.get_device_capability()
-    return ArchInfo(major, minor, "a" if major >= 9 else "")
+    @functools.lru_cache(maxsize=1)
+    def get_jit_cuda_arch():
+        if not torch.cuda.is_available():
+            return ArchInfo(0, 0)
+        major, minor = torch.cuda.get_device_capability()
+        return ArchInfo(major, minor, "a" if major >= 9 else "")
 
+    def is_arch_support_pdl():
+        return torch.version.hip is None and get_jit_cuda_arch().major >= 9
 
-def is_arch_support_pdl():
-    return torch.version.hip is None and get_jit_cuda_arch().major >= 9
+    def make_cpp_args(*args):
+        return ", ".join(str(a).lower() if isinstance(a, bool) else str(a) for a in args)
 
-
-def make_cpp_args(*args):
-    return ", ".join(str(a).lower() if isinstance(a, bool) else str(a) for a in args)
-
-
-def load_jit(*args, **kwargs):
-    raise CudaJitUnavailable(
-        "SGLang's CUDA-JIT kernels need SGLang's JIT toolchain (tvm_ffi); "
-        "the extracted kernel tree only carries the Triton and Helion kernels"
-    )
+    def load_jit(*args, **kwargs):
+        raise CudaJitUnavailable(
+            "SGLang's CUDA-JIT kernels need its JIT toolchain's Python packages msgspec and tvm_ffi "
+            "(apache-tvm-ffi), absent here"
+        )
 '''
+
 
 _STUB_FILES = {
     "sglang/srt/utils/__init__.py": _SRT_UTILS_STUB,
     "sglang/srt/utils/common.py": _SRT_UTILS_COMMON_STUB,
-    "sglang/kernels/jit/utils.py": _JIT_UTILS_STUB,
+    "sglang/kernels/jit/utils/__init__.py": _JIT_UTILS_SHIM,
+    "sglang/utils.py": _SGLANG_UTILS_STUB,
 }
 
 
@@ -246,8 +281,9 @@ def wheel_members(wheel: Path) -> list[str]:
     """The wheel files the extracted kernel tree needs."""
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
-    members = [n for n in names if n.endswith(".py") and n.startswith(WHEEL_FOLDERS)]
+    members = [n for n in names if n.endswith(JIT_SOURCE_SUFFIXES) and n.startswith(WHEEL_FOLDERS)]
     members += [n for n in WHEEL_FILES if n in names]
+    members = [n for n in members if n not in _STUB_FILES]  # replaced by our stand-ins
     missing = [n for n in WHEEL_FILES if n not in names]
     if missing or not members:
         raise RuntimeError(f"{wheel.name} lacks the expected SGLang kernel files: {missing}")
@@ -260,7 +296,7 @@ def extract(dest: Path | None = None, wheel: Path | None = None, force: bool = F
     marker = dest / MARKER
     if marker.is_file() and not force:
         info = json.loads(marker.read_text())
-        if info.get("sglang") == sglang_version():
+        if info.get("sglang") == sglang_version() and info.get("layout") == LAYOUT:
             return dest
     wheel = Path(wheel) if wheel is not None else find_wheel()
     members = wheel_members(wheel)
@@ -281,7 +317,8 @@ def extract(dest: Path | None = None, wheel: Path | None = None, force: bool = F
         target = tmp / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    info = {"sglang": sglang_version(), "wheel": wheel.name, "sha256": _sha256(wheel), "files": members}
+    info = {"sglang": sglang_version(), "layout": LAYOUT, "wheel": wheel.name, "sha256": _sha256(wheel)}
+    info["files"] = members
     (tmp / MARKER).write_text(json.dumps(info, indent=1) + "\n")
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
