@@ -18,6 +18,16 @@ kdakit_playbook = ANSIBLE_CONFIG=playbooks/ansible.cfg $(ANSIBLE_PLAYBOOK) -i $(
 	-e kdakit_hosts=$(2) -e kdakit_run_id=$(3) -e kdakit_arm=$(4) -e kdakit_results_dir=$(abspath $(RESULTS)) \
 	$(if $(DRY_RUN),--check --diff) $(EXTRA)
 kdakit_latest = mkdir -p $(RESULTS) && echo $(1) > $(RESULTS)/LATEST
+# A/B on the same hosts under one run id: every step for the triton arm, then for the helion arm, then the
+# report. A failed step does not stop the rest; the exit status is non-zero when anything failed.
+define kdakit_ab
+$(call kdakit_latest,$(NEW_RUN_ID)); \
+rc=0; for arm in triton helion; do for step in deploy eval-gsm8k bench collect teardown; do \
+  echo "== $(1) $$arm $$step (run $(NEW_RUN_ID))"; \
+  $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) || rc=1; \
+done; done; \
+$(KDAKIT) report $(RESULTS)/$(NEW_RUN_ID) || rc=1; exit $$rc
+endef
 
 .PHONY: deploy-h200 deploy-b200 eval-gsm8k bench collect teardown ab-h200 ab-b200 lint-playbooks
 
@@ -41,15 +51,11 @@ collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to result
 teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
 	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
 
-# A/B on the same hosts under one run id: every step for the triton arm, then for the helion arm, then the
-# report. A failed step does not stop the rest; the exit status is non-zero when anything failed.
-ab-h200 ab-b200: ab-%: setup ## A/B: triton arm then helion arm on the same hosts, one run id, then kdakit report. Vars: INVENTORY= RUN_ID=<new>
-	@$(call kdakit_latest,$(NEW_RUN_ID))
-	@rc=0; for arm in triton helion; do for step in deploy eval-gsm8k bench collect teardown; do \
-	  echo "== $* $$arm $$step (run $(NEW_RUN_ID))"; \
-	  $(call kdakit_playbook,$$step,$*,$(NEW_RUN_ID),$$arm) || rc=1; \
-	done; done; \
-	$(KDAKIT) report $(RESULTS)/$(NEW_RUN_ID) || rc=1; exit $$rc
+ab-h200: setup ## A/B on the H200 hosts: triton arm then helion arm, one run id, then kdakit report. Vars: INVENTORY= RUN_ID=<new>
+	@$(call kdakit_ab,h200)
+
+ab-b200: setup ## A/B on the B200 hosts: triton arm then helion arm, one run id, then kdakit report. Vars: INVENTORY= RUN_ID=<new>
+	@$(call kdakit_ab,b200)
 
 lint-playbooks: setup ## yamllint, ansible-lint --offline and a syntax check of every playbook
 	$(VENV)/bin/yamllint -s -c playbooks/.yamllint playbooks

@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             cause = last_log_line(args.docker_host, args.container)
             print(
                 f"container {args.container} exited with code {state.get('ExitCode')} after {waited:.0f} s "
-                f"before {args.url} answered; last log line: {cause or '(empty)'}. Fix: read server.log in "
-                f"the collected results"
+                f"before {args.url} answered; last log line: {cause or '(empty)'}. Fix: read "
+                f"diag/{args.container}.log in the collected results"
             )
             return 1
         if healthy(args.url):
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         if waited > args.timeout:
             print(
                 f"{args.url} did not answer within {args.timeout:.0f} s while {args.container} kept running. "
-                f"Fix: read server.log; raise kdakit_server_ready_timeout for slow model loads"
+                f"Fix: read diag/{args.container}.log; raise kdakit_server_ready_timeout for slow model loads"
             )
             return 1
         time.sleep(args.interval)
