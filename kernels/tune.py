@@ -19,6 +19,7 @@ import statistics
 import sys
 import time
 import traceback
+from pathlib import Path
 
 import torch
 
@@ -29,22 +30,55 @@ SNAPSHOT_ROWS = 96
 STEPS = 6
 LOWER_BOUND = -5.0
 
-# (block_v, num_warps, unroll factor of the token loop; 0 = none)
-DECODE_SWEEP = [(bv, w, 0) for bv in (8, 16, 32, 64) for w in (1, 2, 4)]
-VERIFY_SWEEP = [(bv, w, 0) for bv in (8, 16, 32) for w in (1, 2, 4)] + [(8, 1, 2), (16, 2, 2), (16, 4, 2)]
+# Config tags: "bv<block_v>w<warps>" plus flags: o0 = default loop order (batch fastest; otherwise the V tile
+# is the fastest grid axis, then the head, then the request: neighbouring programs touch neighbouring state),
+# e = evict-first state loads and streaming (.cs) state/snapshot stores, u<n> = unroll the token loop n times,
+# xyz = 3-D launch grid.
+DECODE_SWEEP = (
+    ["o0bv8w4", "o0bv8w1"]
+    + [f"bv{bv}w{w}" for bv in (8, 16, 32) for w in (1, 2, 4)]
+    + [f"bv{bv}w{w}e" for bv, w in ((8, 1), (8, 2), (16, 2), (16, 4), (32, 4))]
+    + ["bv8w1xyz", "bv16w2xyz"]
+)
+VERIFY_SWEEP = (
+    ["o0bv16w1"]
+    + [f"bv{bv}w{w}" for bv in (8, 16, 32) for w in (1, 2, 4)]
+    + [f"bv{bv}w{w}e" for bv, w in ((8, 1), (16, 1), (16, 2), (32, 2))]
+    + ["bv8w1eu2", "bv16w1eu2", "bv16w2eu2"]
+)
 
 
-def make_config(bv: int, warps: int, unroll: int, loops: int):
+def make_config(tag: str, kind: str):
+    """helion.Config for a sweep tag (see above); kind is "decode" or "verify" (their load/store orders)."""
+    import re
+
     import helion
 
-    extra = {"range_unroll_factors": [0, unroll] + [0] * (loops - 2)} if unroll else {}
-    return helion.Config(
-        block_sizes=[bv], num_warps=warps, num_stages=1, indexing="pointer", pid_type="flat", **extra
-    )
-
-
-def config_tag(bv: int, warps: int, unroll: int) -> str:
-    return f"bv{bv}w{warps}" + (f"u{unroll}" if unroll else "")
+    m = re.fullmatch(r"(o0)?bv(\d+)w(\d+)(e)?(?:u(\d+))?(xyz)?", tag)
+    if not m:
+        raise ValueError(f"bad config tag {tag!r}")
+    default_order, bv, warps, evict, unroll, xyz = m.groups()
+    fields: dict = {
+        "block_sizes": [int(bv)],
+        "num_warps": int(warps),
+        "num_stages": 1,
+        "indexing": "pointer",
+        "pid_type": "xyz" if xyz else "flat",
+    }
+    if not default_order:
+        fields["loop_orders"] = [[2, 1, 0]]
+    if evict:
+        # positional, in traced order: decode loads slot,q,k,v,a,dt_bias,A_log,b,state; stores out,state.
+        # verify (chain) loads slot,row,start,end,A_log,dt_bias,state,a,b,q,k,v; stores out,snapshot,pad.
+        if kind == "decode":
+            fields["load_eviction_policies"] = [""] * 8 + ["first"]
+            fields["store_cache_modifiers"] = ["", ".cs"]
+        else:
+            fields["load_eviction_policies"] = [""] * 6 + ["first"] + [""] * 5
+            fields["store_cache_modifiers"] = ["", ".cs", ""]
+    if unroll:
+        fields["range_unroll_factors"] = [0, int(unroll), 0]
+    return helion.Config(**fields)
 
 
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
@@ -172,8 +206,8 @@ def run_decode(B: int, up, configs, results: list, gen) -> None:
         arms.append(("triton-packed", "", packed(up.triton_packed_decode)))
     if up.helion_packed_decode is not None:
         arms.append(("sglang-helion", "", packed(up.helion_packed_decode)))
-    for bv, w, u in configs:
-        arms.append(("kdakit", config_tag(bv, w, u), kdakit_with(make_config(bv, w, u, 1))))
+    for tag in configs:
+        arms.append(("kdakit", tag, kdakit_with(make_config(tag, "decode"))))
     for name, tag, fn in arms:
         row = {"kind": "decode", "B": B, "arm": name, "config": tag, "bytes": decode_bytes(B)}
         try:
@@ -250,8 +284,8 @@ def run_verify(N: int, up, configs, results: list, gen) -> None:
     arms = [("triton", "", triton_verify)]
     if up.helion_verify is not None:
         arms.append(("sglang-helion", "", sglang_helion))
-    for bv, w, u in configs:
-        arms.append(("kdakit", config_tag(bv, w, u), kdakit_with(make_config(bv, w, u, 3))))
+    for tag in configs:
+        arms.append(("kdakit", tag, kdakit_with(make_config(tag, "verify"))))
     for name, tag, fn in arms:
         row = {"kind": "verify", "B": N, "arm": name, "config": tag, "bytes": verify_bytes(N)}
         try:
@@ -295,6 +329,7 @@ def summarize(results: list, bandwidth: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True, help="where to write all measurements")
+    parser.add_argument("--summary", action="store_true", help="only print the table of an existing --json")
     parser.add_argument("--upstream-dir", default=None, help="extracted SGLang kernel tree (kdakit upstream)")
     parser.add_argument("--batches", default="1,16,48")
     parser.add_argument(
@@ -302,20 +337,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--verify-configs", default=None)
     args = parser.parse_args(argv)
-
-    from pathlib import Path
+    if args.summary:
+        data = json.loads(Path(args.json).read_text())
+        print(summarize(data["results"], data["meta"]["copy_bandwidth_Bps"]))
+        return 0
 
     from kdakit.kernels import upstream
 
     def parse(text, default):
-        if not text:
-            return default
-        out = []
-        for item in text.split(","):  # 16x2 or 16x2u2
-            bv, rest = item.split("x")
-            w, _, u = rest.partition("u")
-            out.append((int(bv), int(w), int(u or 0)))
-        return out
+        return text.split(",") if text else default
 
     up = upstream.load(
         "extracted" if args.upstream_dir else "auto", Path(args.upstream_dir) if args.upstream_dir else None

@@ -33,11 +33,19 @@ from kdakit.kernels.decode import _check_runnable_device, _is_power_of_two
 
 _LOG2E = 1.4426950408889634
 
-# Fixed configs (no run-time autotuning); replace with `set_verify_config`.
+# Fixed configs (no run-time autotuning); replace with `set_verify_config`. loop_orders [[2, 1, 0]]: the V
+# tile is the fastest grid axis, then the head, then the request, so neighbouring programs write neighbouring
+# snapshot memory. Chain: state loads evict-first and snapshot stores streaming (.cs); these lists are
+# positional in traced order (loads slot,row,start,end,A_log,dt_bias,state,a,b,q,k,v; stores out,snapshot,pad)
+# and the tree body has two more loads, so its config carries no such lists.
+_BASE = {"num_stages": 1, "indexing": "pointer", "pid_type": "flat", "loop_orders": [[2, 1, 0]]}
 VERIFY_CONFIGS: dict[str, helion.Config] = {
-    "chain": helion.Config(block_sizes=[16], num_warps=2, num_stages=1, indexing="pointer", pid_type="flat"),
-    "tree": helion.Config(block_sizes=[16], num_warps=2, num_stages=1, indexing="pointer", pid_type="flat"),
-}
+    "chain": helion.Config(
+        block_sizes=[16], num_warps=1, **_BASE,
+        load_eviction_policies=[""] * 6 + ["first"] + [""] * 5, store_cache_modifiers=["", ".cs", ""],
+    ),
+    "tree": helion.Config(block_sizes=[16], num_warps=1, **_BASE),
+}  # fmt: skip
 
 
 def _verify(
