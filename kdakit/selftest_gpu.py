@@ -33,16 +33,21 @@ def _helion_kernels(arm: str, upstream) -> dict:
     }
 
 
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def _verdict(errors: dict[str, float], tolerances: dict[str, float]) -> tuple[str, str]:
     ok = all(errors[name] <= tolerances[name] for name in errors)
     detail = ", ".join(f"max|Δ| {name} {errors[name]:.2e} (tol {tolerances[name]:.0e})" for name in errors)
     return (PASS if ok else FAIL), detail
 
 
-def decode_parity(helion, triton_packed) -> tuple[str, str]:
+def decode_parity(helion, triton_packed, device: str = "cuda") -> tuple[str, str]:
     from kdakit.kernels.testing import decode_case, max_abs
 
-    case = decode_case(B=6, H=2, HV=4, K=128, V=128, slots=16, device="cuda", seed=1)
+    case = decode_case(B=6, H=2, HV=4, K=128, V=128, slots=16, device=device, seed=1)
     scale = 128**-0.5
     runs = []
     for fn in (helion, triton_packed):
@@ -50,13 +55,13 @@ def decode_parity(helion, triton_packed) -> tuple[str, str]:
         fn(c["mixed_qkv"], c["a"], c["b"], c["A_log"], c["dt_bias"], scale, c["initial_state"], c["out"],
            c["ssm_state_indices"], use_qk_l2norm_in_kernel=True, lower_bound=LOWER_BOUND)  # fmt: skip
         runs.append(c)
-    torch.cuda.synchronize()
+    _sync(device)
     errors = {"out": max_abs(runs[0]["out"], runs[1]["out"]),
               "state": max_abs(runs[0]["initial_state"], runs[1]["initial_state"])}  # fmt: skip
     return _verdict(errors, {"out": OUT_TOL, "state": STATE_TOL})
 
 
-def verify_parity(helion, triton_recurrent) -> tuple[str, str]:
+def verify_parity(helion, triton_recurrent, device: str = "cuda") -> tuple[str, str]:
     from kdakit.kernels.testing import max_abs, verify_case
 
     case = verify_case(
@@ -69,7 +74,7 @@ def verify_parity(helion, triton_recurrent) -> tuple[str, str]:
         cache_indices=[5, 2],
         rows=[1, 0],
         num_rows=2,
-        device="cuda",
+        device=device,
         seed=2,
     )
     h = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in case.items()}
@@ -84,7 +89,7 @@ def verify_parity(helion, triton_recurrent) -> tuple[str, str]:
         intermediate_state_indices=t["intermediate_state_indices"], cache_steps=t["cache_steps"],
         retrieve_parent_token=t["retrieve_parent_token"], lower_bound=LOWER_BOUND,
     )  # fmt: skip
-    torch.cuda.synchronize()
+    _sync(device)
     # Snapshot rows past a sequence's length are never written (NaN in both): compare the written steps.
     snaps = []
     for buf in (h["intermediate_states_buffer"], t["intermediate_states_buffer"]):
@@ -94,14 +99,14 @@ def verify_parity(helion, triton_recurrent) -> tuple[str, str]:
     return _verdict(errors, {"out": OUT_TOL, "snapshots": STATE_TOL, "committed state": 0.0})
 
 
-def prefill_parity(helion, triton_chunk) -> tuple[str, str]:
+def prefill_parity(helion, triton_chunk, device: str = "cuda") -> tuple[str, str]:
     from kdakit.kernels.testing import max_abs
 
     gen = torch.Generator().manual_seed(3)
     T, H, K, V, slots = 100, 4, 128, 128, 6
 
     def randn(*shape, dtype=torch.bfloat16, scale=1.0):
-        return (torch.randn(*shape, generator=gen) * scale).to("cuda", dtype)
+        return (torch.randn(*shape, generator=gen) * scale).to(device, dtype)
 
     base = {
         "q": randn(1, T, H, K), "k": randn(1, T, H, K), "v": randn(1, T, H, V), "g": randn(1, T, H, K),
@@ -109,8 +114,8 @@ def prefill_parity(helion, triton_chunk) -> tuple[str, str]:
         "dt_bias": randn(H * K, dtype=torch.float32, scale=0.5),
         "initial_state": randn(slots, H, V, K, dtype=torch.float32, scale=0.5),
     }  # fmt: skip
-    indices = torch.tensor([3, 0], device="cuda", dtype=torch.int32)
-    cu_seqlens = torch.tensor([0, 37, T], device="cuda", dtype=torch.int32)
+    indices = torch.tensor([3, 0], device=device, dtype=torch.int32)
+    cu_seqlens = torch.tensor([0, 37, T], device=device, dtype=torch.int32)
     results = []
     for fn in (helion, triton_chunk):
         c = {k: v.clone() for k, v in base.items()}
@@ -131,7 +136,7 @@ def prefill_parity(helion, triton_chunk) -> tuple[str, str]:
         )
         out = out[0] if isinstance(out, tuple) else out
         results.append((out, c["initial_state"]))
-    torch.cuda.synchronize()
+    _sync(device)
     errors = {"out": max_abs(results[0][0], results[1][0]), "state": max_abs(results[0][1], results[1][1])}
     return _verdict(errors, {"out": OUT_TOL, "state": STATE_TOL})
 

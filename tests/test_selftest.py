@@ -147,3 +147,28 @@ def test_table_output_names_every_check(capsys):
     out = capsys.readouterr().out
     assert "torch version" in out and "FAIL" in out
     assert "selftest FAILED: 0 passed, 1 failed, 0 skipped" in out
+
+
+def test_gpu_parity_harness_on_the_cpu_interpreter():
+    """The verify parity row's harness, run under TRITON_INTERPRET on the CPU (SGLang's Triton decode and
+    prefill kernels do not run in the interpreter; verify does): kdakit's verify agrees with SGLang's Triton
+    verify, and a kernel that is off by a little is reported as FAIL."""
+    pytest.importorskip("helion")
+    from kdakit.kernels import testing
+    from kdakit.kernels import upstream as upstream_kernels
+
+    from kdakit import selftest_gpu
+
+    with testing.interpreter():
+        kernels = upstream_kernels.load()
+        if kernels.triton_recurrent is None:
+            pytest.skip(f"SGLang's Triton verify kernel did not import: {kernels.missing}")
+        mine = selftest_gpu._helion_kernels("helion", kernels)["verify"]
+        status, detail = selftest_gpu.verify_parity(mine, kernels.triton_recurrent, device="cpu")
+        assert status == "PASS", detail
+
+        def off_by_a_little(**kwargs):
+            return mine(**kwargs) + 0.05
+
+        status, detail = selftest_gpu.verify_parity(off_by_a_little, kernels.triton_recurrent, device="cpu")
+        assert status == "FAIL" and "out" in detail
