@@ -1,0 +1,216 @@
+"""Serving benchmark: the real SGLang client against the test-double server, then the orchestration
+(warm-up, fresh file per run, completed check, median of 3, failures kept) with a client that replays the
+real client's output line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from kdakit.bench import serving
+
+from kdakit import cli, results
+
+HERE = Path(__file__).parent
+spec = importlib.util.spec_from_file_location("kdakit_test_fake_openai", HERE / "fakes" / "openai_server.py")
+fake = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = fake
+spec.loader.exec_module(fake)
+tok_spec = importlib.util.spec_from_file_location(
+    "kdakit_test_tiny_tokenizer", HERE / "fakes" / "tiny_tokenizer.py"
+)
+tiny_tokenizer = importlib.util.module_from_spec(tok_spec)
+tok_spec.loader.exec_module(tiny_tokenizer)
+
+ONE_POINT = """
+[protocol.tiny]
+source = "test"
+backend = "sglang"
+dataset = "random-ids"
+random_range_ratio = 1.0
+seed = 42
+temperature = 0.0
+runs = {runs}
+warmup = {warmup}
+metric = "output_throughput"
+points = [{points}]
+"""
+
+
+def write_protocols(folder: Path, points: list[str], runs: int, warmup: bool) -> Path:
+    path = folder / "protocols.toml"
+    text = ONE_POINT.format(runs=runs, warmup=str(warmup).lower(), points=", ".join(points))
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """One run of `python -m sglang.benchmark.serving` via `kdakit bench serving` (about 20 s: imports)."""
+    tmp = tmp_path_factory.mktemp("bench-real")
+    tokenizer = tiny_tokenizer.build(tmp / "tok")
+    args = ["--accept-length", "3.25"]
+    for phase in ("prefill", "decode", "verify"):
+        args += ["--server-arg", f"linear_attn_{phase}_backend=helion"]
+    proc, url = fake.start_background(*args)
+    try:
+        protocols = write_protocols(
+            tmp,
+            ["{ input_len = 48, output_len = 12, concurrency = 2, num_prompts = 4 }"],
+            runs=1,
+            warmup=False,
+        )
+        code = cli.main(
+            ["bench", "serving", "--base-url", url, "--protocol", "tiny", "--protocols", str(protocols),
+             "--tokenizer", str(tokenizer), "--out", str(tmp / "serving"), "--run-id", "t1", "--host", "n1",
+             "--sku", "H200"]
+        )  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return code, tmp / "serving"
+
+
+def test_real_client_output_is_parsed_and_recorded(real_run):
+    code, out = real_run
+    assert code == 0
+    record = results.read_result(out / "helion-tiny.result.json")  # arm detected from the server's KDA flags
+    assert record["arm"] == "helion"
+    (point,) = record["metrics"]["points"]
+    assert point["status"] == "ok" and point["accept_length"] == 3.25
+    (run,) = point["runs"]
+    assert run["completed"] == run["num_prompts"] == 4
+    raw = out / run["raw_file"]
+    lines = raw.read_text().splitlines()
+    assert len(lines) == 1
+    line = json.loads(lines[0])
+    # Written by the real client: its own keys, our settings echoed back, the fake's server info.
+    assert line["backend"] == "sglang" and line["dataset_name"] == "random-ids"
+    assert (line["random_input_len"], line["random_output_len"], line["random_range_ratio"]) == (48, 12, 1.0)
+    assert line["max_concurrency"] == 2 and line["total_output_tokens"] == 4 * 12
+    assert line["output_throughput"] == run["output_throughput"] == point["median_output_throughput"] > 0
+    assert record["metrics"]["server_args"]["linear_attn_decode_backend"] == "helion"
+    assert record["metrics"]["server_args"]["internal_states"][0]["avg_spec_accept_length"] == 3.25
+    assert any("random-ids" in note and "acceptance length" in note for note in record["notes"])
+    log = (out / "helion-tiny" / "i48-o12-c2" / "run1.log").read_text()
+    assert "sglang.benchmark.serving" in log.splitlines()[0] and "--seed 42" in log.splitlines()[0]
+
+
+REPLAY_CLIENT = """
+import json, sys
+argv = sys.argv[1:]
+opt = lambda name: argv[argv.index(name) + 1]
+template = json.loads(open({template!r}).read())
+plan = json.loads(open({plan!r}).read())
+tag = opt("--tag")
+with open({calls!r}, "a") as f:
+    f.write(tag + "\\n")
+step = plan.get(tag.split(":", 2)[2], "ok")
+if step == "crash":
+    sys.exit(5)
+row = dict(template, tag=tag, max_concurrency=int(opt("--max-concurrency")))
+row["completed"] = int(opt("--num-prompts")) - (1 if step == "short" else 0)
+if isinstance(step, (int, float)):
+    row["output_throughput"] = step
+with open(opt("--output-file"), "a") as f:  # the real client appends
+    f.write(json.dumps(row) + "\\n")
+"""
+
+
+def test_median_of_three_warmups_and_failures_kept(real_run, tmp_path, capsys):
+    _, out = real_run
+    template = tmp_path / "line.json"
+    template.write_text((out / "helion-tiny" / "i48-o12-c2" / "run1.jsonl").read_text().splitlines()[0])
+    plan = {"i32-o16-c1:run1": 100.0, "i32-o16-c1:run2": 300.0, "i32-o16-c1:run3": 200.0,
+            "i64-o8-c4:run2": "short", "i64-o8-c8:warmup": "crash"}  # fmt: skip
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    client = tmp_path / "client.py"
+    calls = tmp_path / "calls.txt"
+    client.write_text(
+        textwrap.dedent(REPLAY_CLIENT).format(
+            template=str(template), plan=str(tmp_path / "plan.json"), calls=str(calls)
+        )
+    )
+    protocols = write_protocols(
+        tmp_path,
+        ["{ input_len = 32, output_len = 16, concurrency = 1, num_prompts = 2 }",
+         "{ input_len = 64, output_len = 8, concurrency = 4, num_prompts = 8 }",
+         "{ input_len = 64, output_len = 8, concurrency = 8, num_prompts = 8 }"],
+        runs=3, warmup=True,
+    )  # fmt: skip
+    proc, url = fake.start_background()
+    try:
+        code = cli.main(
+            ["bench", "serving", "--base-url", url, "--protocol", "tiny", "--protocols", str(protocols),
+             "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o"), "--arm", "triton",
+             "--client-cmd", f"{sys.executable} {client}"]
+        )  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert code == 1
+    record = results.read_result(tmp_path / "o" / "triton-tiny.result.json")
+    p1, p2, p3 = record["metrics"]["points"]
+    assert p1["status"] == "ok" and p1["median_output_throughput"] == 200.0
+    assert [r["output_throughput"] for r in p1["runs"]] == [100.0, 300.0, 200.0]
+    assert p2["status"] == "failed" and p2["median_output_throughput"] is None and len(p2["runs"]) == 1
+    assert p2["error"].startswith("run 2: completed 7 of 8 requests")
+    assert p3["status"] == "failed" and p3["runs"] == [] and p3["error"].startswith("warm-up failed")
+    tags = [t.split(":", 2)[2] for t in calls.read_text().split()]
+    assert tags == ["i32-o16-c1:warmup", "i32-o16-c1:run1", "i32-o16-c1:run2", "i32-o16-c1:run3",
+                    "i64-o8-c4:warmup", "i64-o8-c4:run1", "i64-o8-c4:run2", "i64-o8-c8:warmup"]  # fmt: skip
+    for j in (1, 2, 3):  # a fresh file per run: the appending client wrote one line into each
+        assert (
+            len((tmp_path / "o" / "triton-tiny" / "i32-o16-c1" / f"run{j}.jsonl").read_text().splitlines())
+            == 1
+        )
+    captured = capsys.readouterr()
+    assert "point 1/3 (32/16, C1): 200.00 output tok/s (median of 100.00, 300.00, 200.00)" in captured.err
+    assert "point 2/3 (64/8, C4): FAILED: run 2: completed 7 of 8 requests" in captured.err
+    assert "1/3 points ok" in captured.out
+
+
+def test_pr_protocol_client_flags():
+    protocol = serving.load_protocols()["pr"]
+    assert [(p.input_len, p.concurrency, p.num_prompts) for p in protocol.points] == [
+        (4096, 1, 8), (4096, 16, 64), (4096, 48, 192), (32768, 1, 8), (32768, 16, 64), (32768, 48, 192)
+    ]  # fmt: skip
+    argv = serving.client_argv(
+        protocol, protocol.points[2], base_url="http://h:30000", tokenizer="/m", dataset="sharegpt",
+        dataset_path="/d/sg.json", output_file=Path("/o/run1.jsonl"), num_prompts=192, tag="t",
+    )  # fmt: skip
+    text = " ".join(argv)
+    for flag in ("--backend sglang", "--dataset-name random --dataset-path /d/sg.json",
+                 "--random-input-len 4096", "--random-output-len 1024", "--random-range-ratio 1.0",
+                 "--num-prompts 192",
+                 "--max-concurrency 48", "--request-rate inf", "--seed 42", "--temperature 0.0",
+                 "--output-file /o/run1.jsonl"):  # fmt: skip
+        assert flag in text
+    assert "--disable-ignore-eos" not in text  # EOS ignored, the client's default
+    assert protocol.runs == 3 and protocol.warmup
+
+
+def test_sharegpt_needs_a_staged_file(capsys, monkeypatch):
+    monkeypatch.delenv("KDAKIT_SHAREGPT", raising=False)
+    assert cli.main(["bench", "serving", "--base-url", "http://127.0.0.1:9", "--protocol", "pr"]) == 2
+    assert (
+        "ShareGPT is not staged: pass --dataset-path FILE, or choose --dataset random-ids"
+        in capsys.readouterr().err
+    )
+
+
+def test_parser_rejects_incomplete_or_appended_output(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with pytest.raises(serving.RunFailed, match="no output file"):
+        serving.parse_client_output(path, 8)
+    row = {"completed": 8, "output_throughput": 1.0, "total_throughput": 2.0, "duration": 3.0}
+    path.write_text(json.dumps(row) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(serving.RunFailed, match="expected one result line, found 2"):
+        serving.parse_client_output(path, 8)
+    path.write_text(json.dumps({**row, "completed": 6}) + "\n")
+    with pytest.raises(serving.RunFailed, match="completed 6 of 8 requests"):
+        serving.parse_client_output(path, 8)
