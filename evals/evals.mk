@@ -1,0 +1,26 @@
+# Evaluation, serving benchmark and report targets against a server you already run (included by the root
+# Makefile). The cluster-wide `eval-gsm8k` / `bench` targets (playbooks/) run these same commands on each host.
+
+BASE_URL ?= http://127.0.0.1:30000
+PROTOCOL ?= pr
+RESULTS ?= results
+RUN_ID ?=
+EVAL_ARGS ?=
+DATASET ?=
+DATASET_PATH ?=
+TOKENIZER ?=
+BENCH_ARGS ?=
+
+.PHONY: eval-gsm8k-local bench-local report
+
+eval-gsm8k-local: setup ## GSM8K with lm-eval (offline) against BASE_URL. Vars: BASE_URL=http://127.0.0.1:30000 PROTOCOL=pr|full RUN_ID= EVAL_ARGS="--runs 1 --limit 20"
+	$(KDAKIT) eval gsm8k --base-url $(BASE_URL) --protocol $(PROTOCOL) \
+	  $(if $(RUN_ID),--run-id $(RUN_ID)) $(EVAL_ARGS)
+
+bench-local: setup ## Serving benchmark (SGLang's client) against BASE_URL. Vars: BASE_URL= PROTOCOL=pr DATASET=sharegpt|random-ids DATASET_PATH= TOKENIZER= RUN_ID= BENCH_ARGS=
+	$(KDAKIT) bench serving --base-url $(BASE_URL) --protocol $(PROTOCOL) \
+	  $(if $(DATASET),--dataset $(DATASET)) $(if $(DATASET_PATH),--dataset-path $(DATASET_PATH)) \
+	  $(if $(TOKENIZER),--tokenizer $(TOKENIZER)) $(if $(RUN_ID),--run-id $(RUN_ID)) $(BENCH_ARGS)
+
+report: setup ## report.md + self-contained report.html from a results tree. Vars: RESULTS=results (or results/<run-id>)
+	$(KDAKIT) report $(RESULTS)
