@@ -1,0 +1,294 @@
+"""The playbooks against a real local cluster: 3 SSH hosts (netns + veth + sshd), each with its own dockerd,
+a stand-in nvidia-smi (h1, h2: 4 x H200; h3: 2 x H200), the test-double server image and the kdakit image
+(tests/infra/images.py) loaded through the image role's tarball path.
+
+Flow, through the make targets: deploy (h3 fails preflight, the others deploy) -> deploy again (nothing
+changes) -> eval-gsm8k (real lm-eval in the kdakit image) -> bench (SGLang's benchmark client in the image)
+-> collect -> teardown (twice) -> kdakit report on the collected tree. Then a second run whose server
+container exits at start on h2: reported, its log collected, while h1 deploys.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.infra import dockerd, fake_server_image, images, sshhosts
+
+_spec = importlib.util.spec_from_file_location(
+    "kdakit_test_tiny_tokenizer_pb", Path(__file__).parent / "fakes" / "tiny_tokenizer.py"
+)
+tiny_tokenizer = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tiny_tokenizer)
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTS_ROOT = images.CACHE / "playbook-hosts"  # engines persist here: the kdakit image loads once per cache
+SECRET = "hf_kdakitTestSecret0123456789"
+MODEL_MOUNT = "/models/GLM-5.3-Flash"
+BENCH_PROTOCOLS = """
+[protocol.smoke]
+source = "kdakit CI"
+backend = "sglang"
+dataset = "random-ids"
+random_range_ratio = 1.0
+seed = 42
+temperature = 0.0
+runs = 1
+warmup = false
+metric = "output_throughput"
+points = [{ input_len = 48, output_len = 12, concurrency = 2, num_prompts = 4 }]
+"""  # must never reach a log or a result
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+def _skip_reason() -> str | None:
+    if sys.platform != "linux":
+        return "Linux only"
+    return sshhosts.unavailable_reason()
+
+
+@pytest.fixture(scope="module")
+def tarballs():
+    """(kdakit image tarball, fake server tarball) from the image-building engine (cached)."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    engine = images.start_engine()
+    try:
+        kdakit_tag = "kdakit:ci"
+        images.kdakit_image(engine, images.standin_base(engine), tag=kdakit_tag)
+        fake_tag = fake_server_image.build(engine)
+        return (images.image_tarball(engine, kdakit_tag), images.image_tarball(engine, fake_tag), fake_tag)
+    finally:
+        engine.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tarballs, tmp_path_factory):
+    kdakit_tar, fake_tar, fake_tag = tarballs
+    work = tmp_path_factory.mktemp("cluster")
+    hosts = sshhosts.up(
+        work / "hosts",
+        [("h1", 4, "NVIDIA H200"), ("h2", 4, "NVIDIA H200"), ("h3", 2, "NVIDIA H200")],
+        engine_root=HOSTS_ROOT,
+    )
+    try:
+        for h in hosts:  # the small server image goes through copy + sha256 + load on every run
+            h.engine.cli("rmi", "-f", "kdakit-ci/fake-sglang:test", check=False)
+        for h in hosts:  # the bench client reads the tokenizer from the model folder, as on a real host
+            tiny_tokenizer.build(h.model_path)
+        protocols = work / "bench-protocols.toml"
+        protocols.write_text(BENCH_PROTOCOLS)
+        settings = {
+            "kdakit_require_nvidia_runtime": False,
+            "kdakit_use_gpus": False,
+            "kdakit_server_ulimits": [],  # raising memlock needs CAP_SYS_RESOURCE, which CI lacks
+            "kdakit_min_free_gb": 1,
+            "kdakit_docker_cli": dockerd.DOCKER_CLI,
+            "kdakit_image": "kdakit:ci",
+            "kdakit_image_tarball": str(kdakit_tar),
+            "kdakit_image_tarball_on_host": True,  # shared disk; the small image below is copied instead
+            "kdakit_extra_images": [
+                {
+                    "ref": "kdakit-ci/fake-sglang:test",
+                    "source": "tarball",
+                    "tarball": str(fake_tar),
+                    "tarball_on_host": False,
+                }
+            ],
+            "kdakit_server_image": "kdakit-ci/fake-sglang:test",
+            "kdakit_server_command": [
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "30000",
+                "--error-rate",
+                "0.1",
+                "--model-name",
+                "llm",
+                "--server-arg",
+                f"model_path={MODEL_MOUNT}",
+            ],
+            "kdakit_model_mount": MODEL_MOUNT,
+            "kdakit_server_ready_timeout": 60,
+            "kdakit_server_shm_size": "64M",
+            "kdakit_hf_token": SECRET,
+            "kdakit_bench_dataset": "random",
+            "kdakit_gsm8k_args": ["--limit", "20", "--runs", "1"],
+            "kdakit_bench_protocol": "smoke",
+            "kdakit_bench_args": ["--protocols", "/config/bench-protocols.toml"],
+            "kdakit_bench_volumes": [f"{protocols}:/config/bench-protocols.toml:ro"],
+            "kdakit_preflight_allreduce": True,
+            "kdakit_allreduce_args": [
+                "--backend",
+                "gloo",
+                "--world-size",
+                "2",
+                "--sizes",
+                "4K,64K",
+                "--iters",
+                "3",
+            ],
+        }
+        inv = work / "inventory.yml"
+        inv.write_text(yaml.safe_dump(sshhosts.inventory(hosts, work / "hosts", "h200")))
+        (work / "settings.yml").write_text(yaml.safe_dump(settings))
+        yield {"hosts": hosts, "inventory": inv, "results": work / "results", "work": work}
+    finally:
+        sshhosts.down(hosts)
+        sshhosts.down(hosts)  # idempotent
+
+
+def make(cluster, target: str, *variables: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`make TARGET` from the repo root, as a user runs it (setup is done: -o keeps make from redoing it)."""
+    cmd = [
+        "make",
+        "--no-print-directory",
+        "-o",
+        ".venv/.setup-done",
+        target,
+        f"INVENTORY={cluster['inventory']}",
+        f"RESULTS={cluster['results']}",
+        *variables,
+    ]
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", PYTHONUNBUFFERED="1")
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    proc.seconds = time.monotonic() - t0
+    log = cluster["work"] / f"{target}-{int(t0)}.log"
+    log.write_text(proc.stdout + proc.stderr)
+    print(f"make {target}: rc={proc.returncode} in {proc.seconds:.1f} s (log {log})")
+    assert SECRET not in proc.stdout + proc.stderr, f"the HF token leaked into the output of make {target}"
+    return proc
+
+
+def recap(proc) -> dict[str, dict[str, int]]:
+    return {
+        m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]), "failed": int(m[5])}
+        for m in RECAP.finditer(proc.stdout)
+    }
+
+
+def summary_lines(proc) -> list[str]:
+    return re.findall(r'^\s*"msg": "(h\d: [a-z0-9-]+ (?:ok|failed).*)"$', proc.stdout, re.M)
+
+
+def test_full_flow_and_faults(cluster):
+    run_id = "ci-flow"
+    results = cluster["results"]
+
+    deploy = make(cluster, "deploy-h200", f"RUN_ID={run_id}", "ARM=helion")
+    assert deploy.returncode != 0, "h3 has 2 GPUs: the deploy must report a failure"
+    r = recap(deploy)
+    assert r["h1"]["failed"] == 0 and r["h2"]["failed"] == 0, deploy.stdout[-3000:]
+    assert r["h3"]["failed"] == 1
+    lines = summary_lines(deploy)
+    assert "h1: deploy ok" in lines and "h2: deploy ok" in lines, lines
+    h3 = [line for line in lines if line.startswith("h3:")]
+    assert (
+        h3 and "h3: deploy failed - preflight: h3: gpu-count: nvidia-smi lists 2 GPU(s), expected 4" in h3[0]
+    )
+    assert "Fix:" in h3[0]
+    # The failed host's diagnostics and outcome were collected anyway.
+    h3_dir = results / run_id / "h3" / "helion"
+    prov = json.loads((h3_dir / "provenance.json").read_text())
+    assert prov["outcome"] == "failed" and "gpu-count" in prov["cause"]
+    assert "Attached GPUs : 2" in (h3_dir / "diag" / "nvidia-smi-q.txt").read_text()
+    # The optional all-reduce ran inside the kdakit image on the deployed hosts.
+    assert (
+        "PASS"
+        in (cluster["hosts"][0].root / "results" / run_id / "helion" / "diag" / "allreduce.json").read_text()
+    )
+    env_file = cluster["hosts"][0].root / "state" / "kdakit-sglang.env"
+    assert env_file.stat().st_mode & 0o777 == 0o600
+
+    again = make(cluster, "deploy-h200", f"RUN_ID={run_id}", "ARM=helion")
+    r = recap(again)
+    assert r["h1"]["changed"] == 0 and r["h2"]["changed"] == 0, again.stdout[-4000:]
+    assert r["h3"]["changed"] == 0
+
+    # DRY_RUN=1 for another run id: check mode reports the changes (new run folder, new server container)
+    # and makes none: the running container still carries the first run's id.
+    dry = make(cluster, "deploy-h200", "RUN_ID=ci-dry", "ARM=helion", "DRY_RUN=1")
+    assert recap(dry)["h1"]["changed"] > 0, dry.stdout[-3000:]
+    labels = cluster["hosts"][0].engine.cli("inspect", "--format", "{{json .Config.Labels}}", "kdakit-sglang")
+    assert json.loads(labels.stdout)["io.kdakit.run-id"] == run_id
+    assert not (cluster["hosts"][0].root / "results" / "ci-dry").exists()
+
+    gsm8k = make(cluster, "eval-gsm8k", f"RUN_ID={run_id}", "ARM=helion", "HOSTS=h1:h2")
+    assert gsm8k.returncode == 0, gsm8k.stdout[-4000:]
+    bench = make(cluster, "bench", f"RUN_ID={run_id}", "ARM=helion", "HOSTS=h1:h2")
+    assert bench.returncode == 0, bench.stdout[-4000:]
+    collect = make(cluster, "collect", f"RUN_ID={run_id}", "ARM=helion", "HOSTS=h1:h2")
+    assert collect.returncode == 0, collect.stdout[-4000:]
+    for name in ("h1", "h2"):
+        host_dir = results / run_id / name / "helion"
+        records = sorted(host_dir.rglob("*.result.json"))
+        kinds = {json.loads(p.read_text())["kind"] for p in records}
+        assert kinds == {"gsm8k", "serving"}, records
+        assert "kdakit-fake-openai listening" in (host_dir / "diag" / "kdakit-sglang.log").read_text()
+        inspect = json.loads((host_dir / "diag" / "kdakit-sglang.inspect.json").read_text())
+        assert inspect[0]["HostConfig"]["IpcMode"] == "host"
+        assert json.loads((host_dir / "provenance.json").read_text())["image_id"].startswith("sha256:")
+    for path in results.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), f"the HF token leaked into {path}"
+
+    down = make(cluster, "teardown", f"RUN_ID={run_id}", "ARM=helion")
+    assert down.returncode == 0, down.stdout[-3000:]
+    assert recap(down)["h1"]["changed"] > 0
+    down_again = make(cluster, "teardown", f"RUN_ID={run_id}", "ARM=helion")
+    assert all(v["changed"] == 0 for v in recap(down_again).values()), down_again.stdout[-3000:]
+
+    report = subprocess.run(
+        [sys.executable, "-m", "kdakit", "report", str(results / run_id)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+
+    # Fault: h2's server container exits at start; h1 deploys normally in the same run.
+    fault_id = "ci-fault"
+    fault = make(
+        cluster,
+        "deploy-h200",
+        f"RUN_ID={fault_id}",
+        "ARM=triton",
+        "EXTRA=--limit h1:h2 -e kdakit_preflight_allreduce=false -e @" + str(_fault_vars(cluster)),
+    )
+    assert fault.returncode != 0
+    lines = summary_lines(fault)
+    assert "h1: deploy ok" in lines, lines
+    h2 = [line for line in lines if line.startswith("h2:")][0]
+    assert "server: container kdakit-sglang exited with code 3" in h2, h2
+    log = (results / fault_id / "h2" / "triton" / "diag" / "kdakit-sglang.log").read_text()
+    assert "failing at start as asked" in log, log
+    assert "failing at start as asked" in h2  # the summary names the container's last log line
+    make(cluster, "teardown", f"RUN_ID={fault_id}", "ARM=triton")
+
+
+def _fault_vars(cluster) -> Path:
+    """Host vars making h2's server exit at start (the fake server's --fail-at-start)."""
+    path = cluster["work"] / "fault-vars.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "kdakit_server_command": "{{ ['--fail-at-start'] if inventory_hostname == 'h2' else "
+                "['--host', '127.0.0.1', '--port', '30000'] }}"
+            }
+        )
+    )
+    return path
