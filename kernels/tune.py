@@ -377,10 +377,6 @@ def main(argv: list[str] | None = None) -> int:
     results: list = []
     started = time.time()
     bandwidth = copy_bandwidth()
-    for B in batches:
-        run_decode(B, up, parse(args.decode_configs, DECODE_SWEEP), results, gen)
-    for B in batches:
-        run_verify(B, up, parse(args.verify_configs, VERIFY_SWEEP), results, gen)
     import helion
     import triton
 
@@ -392,9 +388,18 @@ def main(argv: list[str] | None = None) -> int:
         "copy_bandwidth_Bps": bandwidth,
         "upstream": up.source,
         "upstream_missing": up.missing,
-        "seconds": time.time() - started,
     }
-    Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+
+    def save():  # after every batch, so a run cut short still leaves its numbers
+        meta["seconds"] = time.time() - started
+        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+
+    for B in batches:
+        run_decode(B, up, parse(args.decode_configs, DECODE_SWEEP), results, gen)
+        save()
+    for B in batches:
+        run_verify(B, up, parse(args.verify_configs, VERIFY_SWEEP), results, gen)
+        save()
     print(summarize(results, bandwidth))
     return 0
 
