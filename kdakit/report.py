@@ -23,6 +23,10 @@ PUBLISHED_FILE = Path(__file__).parent / "data" / "published.toml"
 PLOTS_DIR = "report-plots"
 ARMS = ("triton", "helion")
 PHASE_ORDER = {"prefill": 0, "decode": 1, "verify": 2}
+# Kernel rows may name a variant (kernels/bench.py: triton, triton-packed, helion-upstream, helion-kdakit...).
+# The PR compared SGLang's Triton kernel with SGLang's Helion kernel: those fill the main columns, in this
+# order of preference; every other variant gets its own column, compared with Triton.
+MAIN_VARIANTS = {"triton": ("triton",), "helion": ("helion-upstream", "helion")}
 
 
 # ---- a tiny document model rendered both as Markdown and as HTML
@@ -88,7 +92,7 @@ def collect(root: Path) -> Collected:
         elif record["kind"] == "kernels":
             rows = c.kernels.setdefault(key, {})
             for row in record["metrics"]["rows"]:
-                rows[(row["phase"], row["shape"], row["arm"])] = row
+                rows[(row["phase"], row["shape"], row.get("variant") or row["arm"])] = row
         else:
             c.gsm8k.append(record)
     return c
@@ -157,18 +161,20 @@ def kernel_rows(c: Collected, published: dict) -> list[dict]:
     for (run_id, sku, host), by_key in sorted(c.kernels.items()):
         keys = {(phase, shape) for (phase, shape, _arm) in by_key}
         keys |= {(phase, shape) for (s, phase, shape) in pub if s == sku}
+        main = {v for variants in MAIN_VARIANTS.values() for v in variants}
+        extras = sorted({variant for (_p, _s, variant) in by_key} - main)
         for phase, shape in sorted(
             keys, key=lambda k: (PHASE_ORDER.get(k[0], 9), *map(int, k[1].split("x")))
         ):
             values, texts = {}, {}
             for arm in ARMS:
-                row = by_key.get((phase, shape, arm))
-                if row is None:
-                    values[arm], texts[arm] = None, "missing"
-                elif row.get("status", "ok") != "ok" or row["median_us"] is None:
-                    values[arm], texts[arm] = None, "failed"
-                else:
-                    values[arm], texts[arm] = row["median_us"], f"{row['median_us']:.2f}"
+                found = [by_key[(phase, shape, v)] for v in MAIN_VARIANTS[arm] if (phase, shape, v) in by_key]
+                values[arm], texts[arm] = _kernel_value(found[0] if found else None)
+            others = {}
+            for variant in extras:
+                value, text = _kernel_value(by_key.get((phase, shape, variant)))
+                change = results.change_pct(values["triton"], value)
+                others[variant] = text if change is None else f"{text} ({fmt_pct(change)})"
             p = pub.get((sku, phase, shape))
             rows.append(
                 {
@@ -180,9 +186,18 @@ def kernel_rows(c: Collected, published: dict) -> list[dict]:
                     "pub_change": results.change_pct(p["triton"], p["helion"]) if p else None,
                     "dev_triton": results.change_pct(p["triton"], values["triton"]) if p else None,
                     "dev_helion": results.change_pct(p["helion"], values["helion"]) if p else None,
+                    "others": others,
                 }
             )  # fmt: skip
     return rows
+
+
+def _kernel_value(row: dict | None) -> tuple[float | None, str]:
+    if row is None:
+        return None, "missing"
+    if row.get("status", "ok") != "ok" or row["median_us"] is None:
+        return None, "failed"
+    return row["median_us"], f"{row['median_us']:.2f}"
 
 
 def judge(claim: dict, serving: list[dict], kernels: list[dict]) -> tuple[str, str]:
@@ -380,15 +395,23 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
         kern.blocks.append(
             f"**{sku} — host {host}, run {run_id}**. Negative change: Helion has lower latency."
         )
+        extras = sorted({v for r in group for v in r["others"]})
+        if extras:
+            kern.blocks.append(
+                "Triton: SGLang's Triton kernel; Helion: SGLang's Helion kernel. Other variants measured in "
+                "the same run follow the published columns, with their change against Triton."
+            )
         kern.blocks.append(
             Table(
                 ["Phase", "Batch × tokens/request", "Triton µs", "Helion µs", "Change",
-                 "Published Triton", "Published Helion", "Published change", "Dev. Triton", "Dev. Helion"],
+                 "Published Triton", "Published Helion", "Published change", "Dev. Triton", "Dev. Helion"]
+                + [f"{v} µs" for v in extras],
                 [
                     [r["phase"], shape_label(r["shape"]), r["triton_text"], r["helion_text"],
                      fmt_pct(r["change"]), fmt(r["pub_triton"], missing="not published"),
                      fmt(r["pub_helion"], missing="not published"), fmt_pct(r["pub_change"]),
                      fmt_pct(r["dev_triton"]), fmt_pct(r["dev_helion"])]
+                    + [r["others"].get(v, "missing") for v in extras]
                     for r in group
                 ],
             )

@@ -91,23 +91,11 @@ def build_fixture_tree(root: Path) -> Path:
         ("decode", "16x1", 14.9, 11.2),
         ("verify", "16x6", 39.0, 44.0),
     ]:
+        common = {"phase": phase, "shape": shape, "samples": 500, "floor_us": None}
         rows += [
-            {
-                "phase": phase,
-                "shape": shape,
-                "arm": "triton",
-                "median_us": t,
-                "samples": 500,
-                "floor_us": None,
-            },
-            {
-                "phase": phase,
-                "shape": shape,
-                "arm": "helion",
-                "median_us": h,
-                "samples": 500,
-                "floor_us": None,
-            },
+            {**common, "arm": "triton", "median_us": t},
+            {**common, "arm": "helion", "variant": "helion-upstream", "median_us": h},
+            {**common, "arm": "helion", "variant": "helion-kdakit", "median_us": round(h * 0.9, 3)},
         ]
     rows.append({"phase": "decode", "shape": "48x1", "arm": "triton", "median_us": 40.0, "samples": 500})
     rows.append(
@@ -160,6 +148,11 @@ def test_report_content_missing_and_verdicts(tmp_path):
     assert "| 32768 / 1024 | 16 | 669.00 | failed | n/a | 668.92 | 666.20 |" in md
     assert "| decode | 48 × 1 | 40.00 | failed | n/a | 40.80 | 29.54 |" in md
     assert "| verify | 1 × 6 | missing | missing | n/a | 18.69 | 12.16 |" in md
+    # SGLang's Helion kernel (helion-upstream) fills the Helion column; kdakit's own Helion gets its own column.
+    assert (
+        "| decode | 1 × 1 | 7.10 | 6.00 | -15.49% | 7.20 | 6.05 | -15.97% | -1.39% | -0.83% | 5.40 (-23.94%) |"
+        in md
+    )
     verdicts = {row[0]: (row[2], row[3]) for row in sections[1].blocks[0].rows}
     parity = verdicts["Helion throughput is within ±1% of Triton on H200"]
     assert parity[0] == "holds where measured"
