@@ -353,8 +353,10 @@ def _state_pass_fn(
         slot = pool_index[tile_n.id].long()
         has_slot = slot >= 0
         kk = hl.arange(K)
+        # The state is kept K-first ([K, BV], the transpose of the pool's [V, K] rows) so that all four
+        # products of a step are M >= 64 tensor-core dots with no register transposes.
         state_row = (torch.clamp(slot, min=0) * HV + hv) * V + tile_v.index
-        state = hl.load(pool_rows, [state_row[:, None], kk[None, :]], extra_mask=has_slot).float()
+        state = hl.load(pool_rows, [state_row[None, :], kk[:, None]], extra_mask=has_slot).float()
         if has_track:
             track_at = track_chunk[tile_n.id].long()
         for tile_t in hl.tile(end - begin, block_size=64):
@@ -364,28 +366,28 @@ def _state_pass_fn(
             row = token * HV + hv
             if store_h:
                 h_row = (chunk * HV + hv) * V + tile_v.index
-                hl.store(h_rows, [h_row[:, None], kk[None, :]], state.to(h_rows.dtype))
+                hl.store(h_rows, [h_row[None, :], kk[:, None]], state.to(h_rows.dtype))
             if has_track:
                 if tile_t.id == track_at:
                     t_row = (tile_n.id * HV + hv) * V + tile_v.index
-                    hl.store(track_rows, [t_row[:, None], kk[None, :]], state)
+                    hl.store(track_rows, [t_row[None, :], kk[:, None]], state)
             state_b = state.to(torch.bfloat16)
             w = hl.load(w_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
             u = hl.load(u_rows, [row[:, None], tile_v.index[None, :]], extra_mask=valid[:, None]).float()
-            v_new = (u - _dot32(w, state_b.T)).to(torch.bfloat16)
+            v_new = (u - _dot32(w, state_b)).to(torch.bfloat16)
             if fuse_output:
                 qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
                 aqk = hl.load(aqk_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
-                o = _dot32(qg, state_b.T) + _dot32(aqk, v_new)
+                o = _dot32(qg, state_b) + _dot32(aqk, v_new)
                 hl.store(u_rows, [row[:, None], tile_v.index[None, :]], o.to(u_rows.dtype),
                          extra_mask=valid[:, None])  # fmt: skip
             else:
                 hl.store(u_rows, [row[:, None], tile_v.index[None, :]], v_new.to(u_rows.dtype),
                          extra_mask=valid[:, None])  # fmt: skip
-            kg = hl.load(kg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+            kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]], extra_mask=valid[None, :])
             decay = hl.load(decay_flat, [(chunk * HV + hv) * K + kk])
-            state = state * decay[None, :] + _dot32(v_new.T, kg)
-        hl.store(pool_rows, [state_row[:, None], kk[None, :]], state.to(pool_rows.dtype),
+            state = state * decay[:, None] + _dot32(kg_t, v_new)
+        hl.store(pool_rows, [state_row[None, :], kk[:, None]], state.to(pool_rows.dtype),
                  extra_mask=has_slot)  # fmt: skip
     return pool_rows
 
@@ -445,7 +447,7 @@ DEFAULT_CONFIGS: dict[str, dict] = {
     # block_sizes in trace order: [sequence-search tile, then the kernel's own tile]
     "gate": {"block_sizes": [32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
     "intra": {"block_sizes": [32, 64], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
-    "state": {"block_sizes": [16], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},
+    "state": {"block_sizes": [16], "num_warps": 4, "num_stages": 3, "indexing": "pointer"},
     "output": {"block_sizes": [32, 32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
 }
 # Fusing the output into the state pass keeps per-chunk states out of HBM.
