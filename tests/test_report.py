@@ -148,9 +148,9 @@ def test_report_content_missing_and_verdicts(tmp_path):
     assert "| 32768 / 1024 | 16 | 669.00 | failed | n/a | 668.92 | 666.20 |" in md
     assert "| decode | 48 × 1 | 40.00 | failed | n/a | 40.80 | 29.54 |" in md
     assert "| verify | 1 × 6 | missing | missing | n/a | 18.69 | 12.16 |" in md
-    # SGLang's Helion kernel (helion-upstream) fills the Helion column; kdakit's own Helion gets its own column.
+    # SGLang's Helion (helion-upstream) fills the Helion column; kdakit's own Helion gets its own column.
     assert (
-        "| decode | 1 × 1 | 7.10 | 6.00 | -15.49% | 7.20 | 6.05 | -15.97% | -1.39% | -0.83% | 5.40 (-23.94%) |"
+        "| decode | 1 × 1 | 7.10 | 6.00 | -15.49% | 7.20 | 6.05 | -15.97% | -1.39% | -0.83% | 5.40 (-23.94%)"
         in md
     )
     verdicts = {row[0]: (row[2], row[3]) for row in sections[1].blocks[0].rows}
