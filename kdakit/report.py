@@ -427,14 +427,19 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
         gsm.blocks.append("No GSM8K results.")
     else:
         gsm.blocks.append(
+            "Published: the mean of the published runs for the same protocol; deviation in percentage points "
+            "of the verdict metric."
+        )
+        gsm.blocks.append(
             Table(
                 ["Host", "GPU", "Arm", "Protocol", "Run", "Questions", "Strict", "Flexible", "Threshold",
-                 "Verdict"],
+                 "Verdict", "Published", "Dev. (pts)"],
                 [
                     [r["host"], r["sku"], r["arm"], r["protocol"], str(r["metrics"]["run_index"]),
                      str(r["metrics"]["n_questions"]), f"{r['metrics']['accuracy_strict']:.4f}",
                      f"{r['metrics']['accuracy_flexible']:.4f}", f"{r['metrics']['threshold']:.2f}",
-                     f"{r['metrics']['verdict']} ({r['metrics']['verdict_metric']})"]
+                     f"{r['metrics']['verdict']} ({r['metrics']['verdict_metric']})",
+                     *_gsm8k_published(r, published)]
                     for r in sorted(c.gsm8k, key=lambda r: (r["run_id"], r["host"], r["arm"], r["protocol"],
                                                             r["metrics"]["run_index"]))
                 ],
@@ -480,6 +485,17 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
     )
     sections.append(prov)
     return sections
+
+
+def _gsm8k_published(record: dict, published: dict) -> list[str]:
+    """[published mean, deviation in points] for the record's protocol, or 'not published'."""
+    matches = [p for p in published.get("gsm8k", []) if p["protocol"] == record["protocol"]]
+    if not matches:
+        return ["not published", "n/a"]
+    p = matches[0]
+    mean = sum(p["runs"]) / len(p["runs"])
+    ours = record["metrics"][f"accuracy_{record['metrics']['verdict_metric']}"]
+    return [f"{mean:.4f} ({p['source']})", f"{(ours - mean) * 100:+.2f}"]
 
 
 def _gpus(names: list[str]) -> str:
