@@ -101,6 +101,8 @@ def lm_eval_argv(protocol: Protocol, base_url: str, model: str, include_dir: Pat
         "tokenized_requests": False,
         "max_retries": 3,
         "timeout": 3600,
+        # Without a server-side reasoning parser the thinking stays in the content: score what follows it.
+        "think_end_token": "</think>",
     }
     argv = [sys.executable, "-m", "lm_eval", "run", "--model", LM_EVAL_MODEL]
     argv += ["--model_args", json.dumps(model_args), "--tasks", TASK_NAME, "--include_path", str(include_dir)]

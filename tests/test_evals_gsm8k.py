@@ -28,8 +28,9 @@ SCORED = {
     "dollar_period": (False, True),  # "The answer is $57,500."
     "hash_dollar": (False, True),  # "#### $18": "$" is outside the strict pattern's class
     "reasoning_plain": (False, True),  # numbers in the reasoning, the answer last
+    "think_block": (True, True),  # "<think>... #### 21 ...</think>\n#### 18": scored after </think>
 }
-LIMIT, ERROR_RATE, SEED = 20, 0.25, 7
+LIMIT, ERROR_RATE, SEED = 20, 0.25, 27  # seed 27: every format among the right answers, two with commas
 
 
 @pytest.fixture
@@ -90,10 +91,13 @@ def test_real_lm_eval_scores_the_fake_exactly(server, tmp_path):
         strict_ok, flexible_ok = SCORED[formats[i]]
         assert by_filter[(i, "strict-match")] == float(strict_ok and not wrong[i]), (i, formats[i])
         assert by_filter[(i, "flexible-extract")] == float(flexible_ok and not wrong[i]), (i, formats[i])
-    assert {"hash_commas", "dollar_period"} <= {formats[i] for i in range(LIMIT) if not wrong[i]}
+    assert {formats[i] for i in range(LIMIT) if not wrong[i]} == set(fake.FORMATS)
+    values = [fake.parse_number(json.loads(line)["answer"]) for line in fake.DEFAULT_DATA.open()][:LIMIT]
+    assert {"hash_commas", "dollar_period"} <= {formats[i] for i in range(LIMIT) if values[i] >= 1000}
 
     # The request really carried the protocol: 5 shots as chat turns, reasoning_effort, temperature 0.
     log = (out / "helion-pr-run1" / "lm-eval.log").read_text()
+    assert '"think_end_token": "</think>"' in log
     assert '"reasoning_effort": "low"' in log and '"num_concurrent": 8' in log and "--num_fewshot 5" in log
 
 

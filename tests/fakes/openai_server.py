@@ -16,7 +16,8 @@ Python 3 standard library only (it runs in a bare Debian image with python3 and 
                       floor((i+1)*R + phase) > floor(i*R + phase), phase from --seed: every prefix of n
                       questions has floor(n*R + phase) wrong answers, exactly n*R when that is an integer.
   --seed S            picks the phase above and each answer's format (see FORMATS): "#### 1,234",
-                      "The answer is $1234.", "#### $1234", reasoning text ending in the bare number.
+                      "The answer is $1234.", "#### $1234", reasoning text ending in the bare number,
+                      "<think>...#### wrong...</think>\n#### N" (thinking left in the content).
   --accept-length X   reported as /server_info internal_states[0].avg_spec_accept_length (EAGLE).
   --server-arg K=V    extra server args reported by /server_info (repeatable; V parsed as JSON if it can be).
   --token-delay-ms MS sleep between streamed tokens (0: as fast as possible).
@@ -49,7 +50,7 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "evals" / "data" / "gsm8k" 
 FILLER_WORD = "token "  # one word = one "token"; trailing space so streamed pieces concatenate
 
 # name -> template; {v} is the number as printed by the format's own rule (see render_answer).
-FORMATS = ("hash", "hash_commas", "dollar_period", "hash_dollar", "reasoning_plain")
+FORMATS = ("hash", "hash_commas", "dollar_period", "hash_dollar", "reasoning_plain", "think_block")
 
 
 def is_wrong(index: int, error_rate: float, seed: int) -> bool:
@@ -78,6 +79,8 @@ def render_answer(value: int | float, fmt: str) -> str:
         return f"First I compute each part, then combine them. The answer is ${commas}."
     if fmt == "hash_dollar":
         return f"Computing the amount.\n#### ${plain}"
+    if fmt == "think_block":  # a reasoning model served without a reasoning parser: the thinking stays in
+        return f"<think>A first guess: #### {value + 3}. Check it again.</think>\n#### {plain}"
     if fmt == "reasoning_plain":
         return f"Step 1: read the problem. Step 2: combine 2 quantities.\nSo the final answer is {plain}"
     raise ValueError(fmt)
