@@ -200,5 +200,8 @@ def test_push_records_the_registry_digest(engine, registry, tmp_path):
         f"http://{registry}/v2/site/{repo}/manifests/{tag}",
         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
     )
-    with urllib.request.urlopen(request, timeout=10) as resp:
-        assert digest == f"{registry}/site/{repo}@{resp.headers['Docker-Content-Digest']}"
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            assert digest == f"{registry}/site/{repo}@{resp.headers['Docker-Content-Digest']}"
+    finally:
+        engine.cli("rmi", ref, check=False)

@@ -191,6 +191,8 @@ def standin_base(
     tag = f"{tag_prefix}:{_key(STANDIN_DOCKERFILE.read_text(), args)}"
     if engine.image_id(tag) is None:
         _build(engine, STANDIN_DOCKERFILE, _standin_context(torch_wheels, deps_wheels), tag, args)
+        # BuildKit keeps a copy of the sent context (GBs of wheels); the tag is the cache from now on.
+        engine.cli("builder", "prune", "--force", "--filter", "type=source.local", check=False)
     return tag
 
 
