@@ -374,6 +374,7 @@ def write_record(result: dict, out_dir: Path, run_id: str) -> Path:
     env = result["environment"]
     prov = provenance.gather()
     prov.update(gpus=[env["gpu"]] if env.get("gpu") else [], driver=env.get("driver"))
+    prov.update(git_sha=env.get("git_sha"), git_dirty=env.get("git_dirty"))
     prov["hostname"] = env.get("hostname") or prov.get("hostname")
     prov["python"] = env.get("versions", {}).get("python") or prov.get("python")
     prov["tools"] = {k: v for k, v in env.get("versions", {}).items() if k != "python"}
@@ -890,7 +891,15 @@ def environment() -> dict:
     except Exception:
         pass
     pinned = pins.load()["packages"]
+    try:  # the code that ran (a record written later elsewhere must not take that machine's checkout)
+        from kdakit.provenance import git_sha
+
+        sha, dirty = git_sha()
+    except Exception:
+        sha, dirty = None, None
     return {
+        "git_sha": sha,
+        "git_dirty": dirty,
         "gpu": torch.cuda.get_device_name(0),
         "sm_count": props.multi_processor_count,
         "l2_bytes": getattr(props, "L2_cache_size", None),

@@ -273,6 +273,7 @@ def test_cli_record_writes_the_record_from_a_raw_json(tmp_path, capsys):
     record = json.loads((raw.parent / bench.RECORD_NAME).read_text())
     assert record["run_id"] == "run-7" and record["host"] == "gpu-box" and record["sku"] == "H200"
     assert record["provenance"]["gpus"] == ["NVIDIA H200"] and record["provenance"]["driver"] == "580.159.04"
+    assert record["provenance"]["git_sha"] is None  # the bench host's checkout is unknown, not this one's
     (tmp_path / "other.json").write_text('{"kind": "gsm8k"}')
     assert main(["kernels", "record", str(tmp_path / "other.json")]) == 2
     assert "not a kernels-bench JSON" in capsys.readouterr().err
