@@ -57,14 +57,21 @@ def sequences(x):
     return [(0, cu[n], cu[n + 1]) for n in range(len(cu) - 1)]
 
 
-def reference(x, g_log, beta):
+def reference(x, g_log, beta, l2norm=True):
     """fp64 per sequence: outputs, state at each chunk start, final state."""
     outs, chunk_states, finals = [], [], []
     for n, (b, s, e) in enumerate(sequences(x)):
         slot = int(x["idx"][n])
         start = x["pool"][slot].double() if slot >= 0 else torch.zeros_like(x["pool"][0], dtype=torch.float64)
         o, states = R.kda_recurrence(
-            x["q"][b, s:e], x["k"][b, s:e], x["v"][b, s:e], g_log[b, s:e], beta[b, s:e], start, K**-0.5, True
+            x["q"][b, s:e],
+            x["k"][b, s:e],
+            x["v"][b, s:e],
+            g_log[b, s:e],
+            beta[b, s:e],
+            start,
+            K**-0.5,
+            l2norm,
         )
         outs.append(o)
         finals.append(states[-1] if e > s else start)
@@ -72,7 +79,7 @@ def reference(x, g_log, beta):
     return outs, chunk_states, finals
 
 
-def run(x, *, lower_bound=-5.0, gate_in_kernel=True, beta_is_raw=True, **extra):
+def run(x, *, lower_bound=-5.0, gate_in_kernel=True, beta_is_raw=True, l2norm=True, **extra):
     v = x["v"].clone()
     pool = x["pool"].clone()
     if gate_in_kernel:
@@ -81,19 +88,19 @@ def run(x, *, lower_bound=-5.0, gate_in_kernel=True, beta_is_raw=True, **extra):
         g, A_log, dt_bias = R.kda_gate(x["g"], x["A_log"], x["dt_bias"], lower_bound).float(), None, None
     out = prefill.chunk_kda(
         x["q"], x["k"], v, g, x["beta"], initial_state=pool, initial_state_indices=x["idx"],
-        use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu"], A_log=A_log, dt_bias=dt_bias,
+        use_qk_l2norm_in_kernel=l2norm, cu_seqlens=x["cu"], A_log=A_log, dt_bias=dt_bias,
         lower_bound=lower_bound, beta_is_raw=beta_is_raw, **extra,
     )  # fmt: skip
     return out, v, pool
 
 
-def check(x, out, pool, *, lower_bound, beta_is_raw=True, h=None):
+def check(x, out, pool, *, lower_bound, beta_is_raw=True, l2norm=True, h=None):
     T = x["q"].shape[1]
     g_log = R.kda_gate(x["g"][:, :T], x["A_log"], x["dt_bias"], lower_bound)
     beta = x["beta"][:, :T].double()
     beta = torch.sigmoid(beta) if beta_is_raw else beta
-    outs, chunk_states, finals = reference(x, g_log, beta)
-    for (b, s, e), o_ref in zip(sequences(x), outs):
+    outs, chunk_states, finals = reference(x, g_log, beta, l2norm)
+    for (b, s, e), o_ref in zip(sequences(x), outs, strict=True):
         err = (out[b, s:e].double() - o_ref).abs().max().item() if e > s else 0.0
         assert err < O_TOL, f"output of tokens {s}:{e}: {err}"
     for n, final in enumerate(finals):
@@ -141,16 +148,19 @@ def test_fixed_length_batch_softplus_gate_padded_rows_gva():
 
 
 def test_preactivated_gate_post_sigmoid_beta_unfused_output_negative_slot():
-    """A_log None (g is the log decay), beta already in (0, 1), the 4-kernel (unfused) path, and a -1
-    slot: that sequence starts from zeros and writes no state."""
+    """A_log None (g is the log decay), beta already in (0, 1), q/k normalized by the caller (no L2 norm
+    in the kernel), the 4-kernel (unfused) path, and a -1 slot: that sequence starts from zeros and
+    writes no state."""
     x = make([70, 20], seed=6, indices=[3, -1])
     x["beta"] = torch.sigmoid(x["beta"].float()).to(torch.bfloat16)
+    x["q"] = R.l2_normalize(x["q"]).to(torch.bfloat16)
+    x["k"] = R.l2_normalize(x["k"]).to(torch.bfloat16)
     prefill.configure({}, fuse_output=False)
     try:
-        out, _, pool = run(x, gate_in_kernel=False, beta_is_raw=False)
+        out, _, pool = run(x, gate_in_kernel=False, beta_is_raw=False, l2norm=False)
     finally:
         prefill.configure({}, fuse_output=prefill.DEFAULT_FUSE_OUTPUT)
-    check(x, out, pool, lower_bound=-5.0, beta_is_raw=False)
+    check(x, out, pool, lower_bound=-5.0, beta_is_raw=False, l2norm=False)
 
 
 def test_short_g_or_beta_rejected():
