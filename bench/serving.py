@@ -14,6 +14,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,6 +236,16 @@ def run_serving(args: argparse.Namespace) -> int:
     n = len(protocol.points)
     points: list[dict] = []
     server_args = None
+    started = time.monotonic()
+
+    def step(progress: Progress, task, text: str) -> None:
+        progress.update(task, description=text)
+        if not console.is_terminal:  # logs (docker, ansible) get no live bar: one plain line per step
+            done = progress.tasks[0].completed
+            elapsed = time.monotonic() - started
+            eta = f"{elapsed / done * (n * runs - done):.0f} s" if done else "unknown"
+            console.print(f"[bench] {text}: elapsed {elapsed:.0f} s, ETA {eta}", markup=False, soft_wrap=True)
+
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("serving benchmark", total=n * runs)
         for i, point in enumerate(protocol.points, 1):
@@ -244,7 +255,7 @@ def run_serving(args: argparse.Namespace) -> int:
             common = dict(base_url=base_url, tokenizer=tokenizer, dataset=dataset, dataset_path=dataset_path)
             error = None
             if protocol.warmup:
-                progress.update(task, description=f"{where_text} warm-up")
+                step(progress, task, f"{where_text} warm-up")
                 argv = client_argv(
                     protocol, point, **common, output_file=folder / "warmup.jsonl",
                     num_prompts=point.concurrency, tag=f"kdakit:{stem}:{point.label}:warmup",
@@ -256,7 +267,7 @@ def run_serving(args: argparse.Namespace) -> int:
             for j in range(1, runs + 1):
                 if error:
                     break
-                progress.update(task, description=f"{where_text} run {j}/{runs}")
+                step(progress, task, f"{where_text} run {j}/{runs}")
                 jsonl = folder / f"run{j}.jsonl"
                 argv = client_argv(
                     protocol, point, **common, output_file=jsonl, num_prompts=point.num_prompts,
@@ -286,10 +297,14 @@ def run_serving(args: argparse.Namespace) -> int:
                 accept_text = f", accept length {accept:.3f}" if accept is not None else ""
                 progress.console.print(
                     f"{where_text}: {summary['median_output_throughput']:.2f} output tok/s "
-                    f"(median of {values}){accept_text}"
+                    f"(median of {values}){accept_text}",
+                    markup=False,
+                    soft_wrap=True,
                 )
             else:
-                progress.console.print(f"[red]{where_text}: FAILED: {error}")
+                progress.console.print(
+                    f"{where_text}: FAILED: {error}", style="red", markup=False, soft_wrap=True
+                )
 
     notes = [
         f"client python -m sglang.benchmark.serving, backend {protocol.backend}, source {protocol.source}"
