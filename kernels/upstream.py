@@ -256,7 +256,7 @@ def find_wheel(download: bool = True) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     # Only its .py files are used, so any platform's wheel will do: ask for the one PyPI has.
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--retries", "2",
         "--python-version", "3.11", "--implementation", "cp", "--platform", "manylinux_2_34_x86_64",
         "-d", str(dest), f"sglang=={sglang_version()}",
     ]  # fmt: skip
@@ -336,7 +336,10 @@ def _installed_sglang() -> str | None:
         from importlib.metadata import version
 
         installed = version("sglang")
+        # A --no-deps install may lack what the CUDA-JIT dispatch imports (msgspec): then the extracted
+        # tree, whose stand-ins degrade that one arm only, is the better source.
         importlib.import_module(KERNEL_MODULES["triton_recurrent"])
+        importlib.import_module(KERNEL_MODULES["triton_cuda_dispatch"])
         return installed
     except Exception:
         _purge_sglang_modules()
