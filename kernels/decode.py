@@ -30,31 +30,22 @@ import torch
 
 _LOG2E = 1.4426950408889634
 
-# Fixed configs (never autotuned at run time), keyed by state dtype and batch class: batches of at most
-# SMALL_BATCH requests are latency-bound (few programs; wider programs help), larger ones are bandwidth-bound.
+
+# Fixed configs (never autotuned at run time), keyed by state dtype (fp16 pools use "fp32").
 # loop_orders [[2, 1, 0]] makes the V tile the fastest grid axis, then the head, then the request, so
-# neighbouring programs stream neighbouring state. A later issue ships per-SKU configs: these are plain
-# module-level values that `set_decode_config` replaces.
-SMALL_BATCH = 4
-
-
-def _config(block_v: int, warps: int, streaming: bool = False) -> helion.Config:
-    extra = {}
-    if streaming:
-        # positional, in traced order: loads slot,q,k,v,a,dt_bias,A_log,b,state; stores out,state
-        extra = {"load_eviction_policies": [""] * 8 + ["first"], "store_cache_modifiers": ["", ".cs"]}
+# neighbouring programs stream neighbouring state; state loads are evict-first and state stores streaming
+# (.cs). On an H200 the fp32 config was the fastest of 14 candidates at B = 1, 16 and 48 (kernels/README.md).
+# A later issue ships per-SKU configs: these are plain module-level values that `set_decode_config` replaces.
+def _config(block_v: int, warps: int) -> helion.Config:
     return helion.Config(
         block_sizes=[block_v], num_warps=warps, num_stages=1, indexing="pointer", pid_type="flat",
-        loop_orders=[[2, 1, 0]], **extra,
+        loop_orders=[[2, 1, 0]],
+        # positional, in traced order: loads slot,q,k,v,a,dt_bias,A_log,b,state; stores out,state
+        load_eviction_policies=[""] * 8 + ["first"], store_cache_modifiers=["", ".cs"],
     )  # fmt: skip
 
 
-DECODE_CONFIGS: dict[str, helion.Config] = {
-    "fp32": _config(8, 1, streaming=True),
-    "fp32-small": _config(8, 4),
-    "bf16": _config(16, 1, streaming=True),
-    "bf16-small": _config(16, 4),
-}
+DECODE_CONFIGS: dict[str, helion.Config] = {"fp32": _config(8, 2), "bf16": _config(16, 1)}
 
 
 def _packed_decode(
@@ -141,15 +132,14 @@ def make_decode_kernel(config: helion.Config) -> helion.Kernel:
 
 
 def set_decode_config(name: str, config: helion.Config) -> None:
-    """Replace a shipped config: "fp32", "fp32-small", "bf16" or "bf16-small" (fp16 pools use fp32's)."""
+    """Replace a shipped config: "fp32" (also used by fp16 pools) or "bf16"."""
     if name not in DECODE_CONFIGS:
         raise KeyError(f"unknown decode config {name!r}; known: {sorted(DECODE_CONFIGS)}")
     DECODE_CONFIGS[name] = config
 
 
-def _config_for(state: torch.Tensor, batch: int) -> helion.Config:
-    name = "bf16" if state.dtype == torch.bfloat16 else "fp32"
-    return DECODE_CONFIGS[name + ("-small" if batch <= SMALL_BATCH else "")]
+def _config_for(state: torch.Tensor) -> helion.Config:
+    return DECODE_CONFIGS["bf16" if state.dtype == torch.bfloat16 else "fp32"]
 
 
 def _is_power_of_two(n: int) -> bool:
@@ -248,8 +238,8 @@ def helion_fused_recurrent_kda_packed_decode(
     lower_bound: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed KDA decode with SGLang 0.5.23's contract; returns the caller's (out, initial_state)."""
-    B, *_ = validate_decode_inputs(mixed_qkv, a, b, A_log, dt_bias, initial_state, out, ssm_state_indices)
-    kernel = make_decode_kernel(_config_for(initial_state, B))
+    validate_decode_inputs(mixed_qkv, a, b, A_log, dt_bias, initial_state, out, ssm_state_indices)
+    kernel = make_decode_kernel(_config_for(initial_state))
     kernel(
         mixed_qkv,
         a,
