@@ -8,27 +8,44 @@ import sys
 
 from kdakit.errors import UsageError
 
-# Modules exposing `register(subparsers)`. Each adds one subcommand and sets `func` on its parser.
-COMMAND_MODULES = [
-    "kdakit.pins",
-    "kdakit.plan",
-    "kdakit.serve",
-    "kdakit.sglang_args",
-    "kdakit.preflight",
-    "kdakit.health",
-    "kdakit.evals.gsm8k",
-    "kdakit.bench.serving",
-    "kdakit.report",
-    "kdakit.kernels.cli",
-    "kdakit.selftest",
-]
+# Subcommand -> module exposing `register(subparsers)`, which adds that subcommand and sets `func`.
+COMMAND_MODULES = {
+    "pins": "kdakit.pins",
+    "plan": "kdakit.plan",
+    "serve": "kdakit.serve",
+    "sglang-args": "kdakit.sglang_args",
+    "preflight": "kdakit.preflight",
+    "health": "kdakit.health",
+    "eval": "kdakit.evals.gsm8k",
+    "bench": "kdakit.bench.serving",
+    "report": "kdakit.report",
+    "kernels": "kdakit.kernels.cli",
+    "selftest": "kdakit.selftest",
+}
+
+
+def _unavailable(command: str, error: ImportError):
+    def explain(args) -> int:
+        raise UsageError(
+            f"`kdakit {command}` cannot run here: {error}. Install the kdakit extra it needs "
+            "(see pyproject.toml) or run it inside the kdakit image"
+        )
+
+    return explain
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kdakit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    for command, module in COMMAND_MODULES.items():
+        try:
+            importlib.import_module(module).register(sub)
+        except ImportError as exc:
+            # One missing optional dependency (e.g. jsonschema on a bare GPU box) must not take down
+            # every other command: this one says what is missing when it is used.
+            p = sub.add_parser(command, help=f"(unavailable here: {exc})")
+            p.add_argument("rest", nargs=argparse.REMAINDER)
+            p.set_defaults(func=_unavailable(command, exc))
     return parser
 
 
