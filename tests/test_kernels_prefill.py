@@ -119,10 +119,11 @@ def check(x, out, pool, *, lower_bound, beta_is_raw=True, l2norm=True, h=None):
 
 
 def test_size_one_first_then_longer_in_one_process():
-    """T = 1 is compiled first (fresh kernels), then T = 3 and T = 70 reuse nothing poisoned."""
+    """T = 1 with one head and one sequence is compiled first (fresh kernels: every flattened dim is 1),
+    then T = 3, T = 70 and a two-sequence batch reuse nothing poisoned by the size-one trace."""
     prefill.reset()
-    for T, seed in ((1, 1), (3, 2), (70, 3)):
-        x = make([T], seed=seed)
+    for lens, seed in (([1], 1), ([3], 2), ([70], 3), ([1, 70], 4)):
+        x = make(lens, H=1, HV=1, seed=seed)
         out, v, pool = run(x)
         assert out.data_ptr() == v.data_ptr(), "o must be written into v's storage"
         check(x, out, pool, lower_bound=-5.0)

@@ -177,7 +177,7 @@ def test_size_one_first_in_fresh_process():
     """T = 1 compiled first must not poison T = 3 and T = 70 (no Triton fallback exists here)."""
     code = r"""
 import torch, sys
-sys.path.insert(0, %r)
+sys.path.insert(0, @TESTS@)
 from test_kernels_prefill_gpu import make, run, reference
 from kdakit.kernels import prefill
 worst = 0.0
@@ -189,7 +189,7 @@ for lens in ([1], [3], [70], [1, 70]):
     for n, f in enumerate(finals):
         worst = max(worst, (pool[x["idx"][n]].double() - f).abs().max().item())
 print("WORST", worst)
-""" % str(Path(__file__).resolve().parent)
+""".replace("@TESTS@", repr(str(Path(__file__).resolve().parent)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     worst = float(out.stdout.split("WORST")[-1])
