@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 
 _installed = False
+_users = 0  # install() calls not yet matched by uninstall(): nested users keep the shim in place
 _restore: list[tuple[object, str, object]] = []
 
 
@@ -125,9 +126,12 @@ def _interpret_jit_helpers() -> None:
 
 def install() -> bool:
     """Patch Triton's interpreter (only when TRITON_INTERPRET is set). Returns True if patched."""
-    global _installed
-    if _installed or not interpreting():
+    global _installed, _users
+    if not interpreting():
         return _installed
+    _users += 1
+    if _installed:
+        return True
     _forward_libdevice()
     _decode_bf16_dot()
     _first_autotune_config()
@@ -137,8 +141,11 @@ def install() -> bool:
 
 
 def uninstall() -> None:
-    """Undo `install()`."""
-    global _installed
+    """Undo `install()` once every install() has been matched by an uninstall()."""
+    global _installed, _users
+    _users = max(0, _users - 1)
+    if _users:
+        return
     while _restore:
         owner, name, value = _restore.pop()
         setattr(owner, name, value)
