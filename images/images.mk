@@ -10,18 +10,19 @@ IMAGE ?= kdakit:$(SKU)-$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo
 IMAGE_OUT ?= out/images
 FILE ?= $(IMAGE_OUT)/kdakit-$(SKU).tar.zst
 REGISTRY ?=
+BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 BUILD_NETWORK ?= host
 CA_BUNDLE ?=
 HADOLINT ?= $(if $(wildcard .venv/bin/hadolint),.venv/bin/hadolint,hadolint)
 
 .PHONY: image image-save image-load image-push lint-images
 
-image: ## Build the kdakit image (pins.toml versions, self-test gate). Vars: SKU=h200|b200 BASE_IMAGE=<pins image.base> IMAGE=kdakit:<sku>-<git sha> CA_BUNDLE= (host CA file for a TLS proxy)
+image: ## Build the kdakit image (pins.toml versions, self-test gate). Vars: SKU=h200|b200 BASE_IMAGE=<pins image.base> IMAGE=kdakit:<sku>-<git sha> CA_BUNDLE= (host CA file for a TLS proxy) BUILD_DATE=<now>
 	@case "$(SKU)" in h200|b200) ;; *) echo "SKU must be h200 or b200, not '$(SKU)'" >&2; exit 2;; esac
 	DOCKER_BUILDKIT=1 $(DOCKER) build --network $(BUILD_NETWORK) -f images/Dockerfile \
 	  $(shell $(PYTHON) images/pins_args.py build-args) \
 	  --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg SKU=$(SKU) \
-	  --build-arg GIT_SHA=$(IMAGE_GIT_SHA) --build-arg BUILD_DATE=$$(date -u +%Y-%m-%dT%H:%M:%SZ) \
+	  --build-arg GIT_SHA=$(IMAGE_GIT_SHA) --build-arg BUILD_DATE=$(BUILD_DATE) \
 	  $(if $(CA_BUNDLE),--secret id=cacert$(images_comma)src=$(CA_BUNDLE)) -t $(IMAGE) .
 	@mkdir -p $(IMAGE_OUT)
 	@$(DOCKER) image inspect --format '{{.Id}}' $(IMAGE) > $(IMAGE_OUT)/image-$(SKU).id

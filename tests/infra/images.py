@@ -201,6 +201,14 @@ def wrong_torch_base(engine: dockerd.Dockerd) -> str:
     return standin_base(engine, torch=WRONG_TORCH, tag_prefix="kdakit-ci/standin-wrong-torch")
 
 
+def _commit_date() -> str:
+    """HEAD's commit time: as the tests' build date, an unchanged tree rebuilds to the same image ID (and
+    tarball), instead of a new 3 GB tarball per run."""
+    proc = subprocess.run(["git", "log", "-1", "--format=%ct"], cwd=REPO, capture_output=True, text=True)
+    seconds = int(proc.stdout.strip() or 0)
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
 @dataclass
 class Build:
     returncode: int
@@ -231,6 +239,7 @@ def kdakit_image(
 ) -> Build:
     """`make image` on a base image; with check, raise when the build fails."""
     t0 = time.monotonic()
+    variables.setdefault("BUILD_DATE", _commit_date())
     proc = make("image", engine, BASE_IMAGE=base, IMAGE=tag, CA_BUNDLE=CA_BUNDLE, **variables)
     build = Build(
         proc.returncode,
@@ -254,4 +263,15 @@ def image_tarball(engine: dockerd.Dockerd, ref: str) -> Path:
             proc = make("image-save", engine, IMAGE=ref, FILE=str(out))
             if proc.returncode != 0:
                 raise RuntimeError(f"make image-save failed:\n{proc.stdout}\n{proc.stderr}")
+            _prune_tarballs(out.parent, keep=KEEP_TARBALLS)
     return out
+
+
+KEEP_TARBALLS = 4  # the newest few (a kdakit image tarball is about 3 GB)
+
+
+def _prune_tarballs(folder: Path, keep: int) -> None:
+    tarballs = sorted(folder.glob("*.tar.zst"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in tarballs[keep:]:
+        for path in (old, Path(f"{old}.sha256"), Path(f"{old}.id")):
+            path.unlink(missing_ok=True)
