@@ -29,7 +29,7 @@ help: ## List every target with its variables
 
 setup: $(VENV)/.setup-done ## Create .venv with kdakit, the controller tools and test deps at pinned versions. Vars: PYTHON=python3 EXTRAS=...
 
-$(VENV)/.setup-done: pyproject.toml pins.toml
+$(VENV)/.setup-done: pyproject.toml pins.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -e ".[$(EXTRAS)]"
