@@ -163,6 +163,7 @@ def kernel_rows(c: Collected, published: dict) -> list[dict]:
         keys |= {(phase, shape) for (s, phase, shape) in pub if s == sku}
         main = {v for variants in MAIN_VARIANTS.values() for v in variants}
         extras = sorted({variant for (_p, _s, variant) in by_key} - main)
+        phase_variants = {(phase, variant) for (phase, _s, variant) in by_key}
         for phase, shape in sorted(
             keys, key=lambda k: (PHASE_ORDER.get(k[0], 9), *map(int, k[1].split("x")))
         ):
@@ -172,6 +173,9 @@ def kernel_rows(c: Collected, published: dict) -> list[dict]:
                 values[arm], texts[arm] = _kernel_value(found[0] if found else None)
             others = {}
             for variant in extras:
+                if (phase, variant) not in phase_variants:
+                    others[variant] = "—"  # not a variant of this phase
+                    continue
                 value, text = _kernel_value(by_key.get((phase, shape, variant)))
                 change = results.change_pct(values["triton"], value)
                 others[variant] = text if change is None else f"{text} ({fmt_pct(change)})"

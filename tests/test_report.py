@@ -98,6 +98,9 @@ def build_fixture_tree(root: Path) -> Path:
             {**common, "arm": "helion", "variant": "helion-kdakit", "median_us": round(h * 0.9, 3)},
         ]
     rows.append({"phase": "decode", "shape": "48x1", "arm": "triton", "median_us": 40.0, "samples": 500})
+    # A decode-only variant: "—" in the other phases, "missing" where a decode shape lacks it.
+    packed = {"arm": "triton", "variant": "triton-packed", "median_us": 7.0, "samples": 500}
+    rows.append({"phase": "decode", "shape": "1x1", **packed})
     rows.append(
         {
             "phase": "decode",
@@ -148,6 +151,14 @@ def test_report_content_missing_and_verdicts(tmp_path):
     assert "| 32768 / 1024 | 16 | 669.00 | failed | n/a | 668.92 | 666.20 |" in md
     assert "| decode | 48 × 1 | 40.00 | failed | n/a | 40.80 | 29.54 |" in md
     assert "| verify | 1 × 6 | missing | missing | n/a | 18.69 | 12.16 |" in md
+    assert (
+        "| 390.00 | 430.00 | +10.26% | 386.11 | 428.40 | +10.95% | +1.01% | +0.37% | 387.00 (-0.77%) | — |"
+        in md
+    )
+    assert (
+        "| 14.90 | 11.20 | -24.83% | 14.78 | 11.28 | -23.68% | +0.81% | -0.71% | 10.08 (-32.35%) | missing |"
+        in md
+    )
     # SGLang's Helion (helion-upstream) fills the Helion column; kdakit's own Helion gets its own column.
     assert (
         "| decode | 1 × 1 | 7.10 | 6.00 | -15.49% | 7.20 | 6.05 | -15.97% | -1.39% | -0.83% | 5.40 (-23.94%)"
