@@ -217,11 +217,24 @@ def render(checks: list[Check], arm: str, facts: dict) -> None:
     console.print(f"selftest {verdict}: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped")
 
 
+IMAGE_ENV = ("KDAKIT_IMAGE_REVISION", "KDAKIT_IMAGE_CREATED", "KDAKIT_IMAGE_BASE", "KDAKIT_SKU")
+
+
+def image_provenance(environ: dict | None = None) -> dict[str, str]:
+    """What images/Dockerfile recorded about the build (empty outside the image)."""
+    environ = os.environ if environ is None else environ
+    return {k.removeprefix("KDAKIT_").lower(): environ[k] for k in IMAGE_ENV if k in environ}
+
+
 def _run(args) -> int:
     checks, facts = run_checks(args.arm)
+    image = image_provenance()
     if args.json:
-        print(json.dumps({"arm": args.arm, "torch": facts, "checks": [asdict(c) for c in checks]}, indent=2))
+        report = {"arm": args.arm, "image": image, "torch": facts, "checks": [asdict(c) for c in checks]}
+        print(json.dumps(report, indent=2))
     else:
+        if image:
+            print("image: " + ", ".join(f"{k}={v}" for k, v in image.items()))
         render(checks, args.arm, facts)
     return 1 if any(c.status == FAIL for c in checks) else 0
 

@@ -71,6 +71,7 @@ def test_image_builds_and_its_selftest_passes(engine, built):
     }
     assert {s for n, s in status.items() if n.startswith("GPU parity")} == {"SKIP"}  # no GPU in CI
     assert rc == 0 and "FAIL" not in status.values()
+    assert report["image"]["sku"] == "h200" and len(report["image"]["image_revision"].split("-")[0]) == 40
 
 
 def test_upstream_switch_in_the_image(engine, built):
