@@ -111,6 +111,19 @@ def test_build_refuses_a_base_with_the_wrong_torch(engine):
     assert engine.image_id("kdakit:ci-wrong-torch") is None
 
 
+def test_selftest_fails_in_the_image_when_torch_was_swapped(engine, built):
+    """Someone pip-installs another torch into the image: its selftest must say so and exit non-zero."""
+    swapped = images.torch_swapped_image(engine, TAG)
+    proc = engine.cli(
+        "run", "--rm", "--network", "none", swapped, "selftest", "--json", check=False, timeout=300
+    )
+    report = json.loads(proc.stdout)
+    status = {c["name"]: (c["status"], c["detail"]) for c in report["checks"]}
+    assert proc.returncode == 1
+    assert status["torch version"][0] == "FAIL" and images.WRONG_TORCH in status["torch version"][1]
+    assert status["triton version"][0] == "PASS"
+
+
 def test_save_load_round_trip_checks_sha256_and_image_id(engine, standin, tmp_path):
     """`make image-save`, then `make image-load` into a second, empty engine; a corrupted tarball and a
     tarball whose recorded ID is wrong are refused. (A small image: the targets do not depend on size.)"""

@@ -209,6 +209,31 @@ def _commit_date() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
+TORCH_SWAP_DOCKERFILE = """\
+ARG IMAGE
+FROM ${IMAGE}
+ARG TORCH_VERSION
+RUN --mount=type=bind,source=torch,target=/wheels \\
+    python3 -m pip install --no-cache-dir --no-index --find-links /wheels --no-deps "torch==${TORCH_VERSION}"
+"""
+
+
+def torch_swapped_image(engine: dockerd.Dockerd, image: str, torch: str = WRONG_TORCH) -> str:
+    """`image` after someone pip-installed another torch into it (what the in-image selftest must catch)."""
+    p = _pins()["packages"]
+    wheels = wheelhouse((f"torch=={torch}",), (f"triton=={p['triton']}", f"sglang=={p['sglang']}"))
+    context = _standin_context(wheels, wheelhouse(SGLANG_IMPORT_DEPS))
+    image_id = engine.image_id(image)
+    tag = f"kdakit-ci/torch-swapped:{_key(TORCH_SWAP_DOCKERFILE, image_id, torch)}"
+    if engine.image_id(tag) is None:
+        dockerfile = CACHE / "dockerfiles" / "torch-swap.Dockerfile"
+        dockerfile.parent.mkdir(parents=True, exist_ok=True)
+        dockerfile.write_text(TORCH_SWAP_DOCKERFILE)
+        _build(engine, dockerfile, context, tag, {"IMAGE": image, "TORCH_VERSION": torch})
+        engine.cli("builder", "prune", "--force", "--filter", "type=source.local", check=False)
+    return tag
+
+
 @dataclass
 class Build:
     returncode: int
