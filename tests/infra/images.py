@@ -265,7 +265,8 @@ def kdakit_image(
     """`make image` on a base image; with check, raise when the build fails."""
     t0 = time.monotonic()
     variables.setdefault("BUILD_DATE", _commit_date())
-    proc = make("image", engine, BASE_IMAGE=base, IMAGE=tag, CA_BUNDLE=CA_BUNDLE, **variables)
+    variables.setdefault("CA_BUNDLE", CA_BUNDLE if Path(CA_BUNDLE).is_file() else "")
+    proc = make("image", engine, BASE_IMAGE=base, IMAGE=tag, **variables)
     build = Build(
         proc.returncode,
         proc.stdout + proc.stderr,
