@@ -21,7 +21,7 @@ ARM ?= helion
 SET ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup test test-gpu lint pins pins-check plan sglang-args clean
+.PHONY: help setup test test-gpu lint pins pins-check plan sglang-args reproduce clean
 
 help: ## List every target with its variables
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' \
@@ -61,6 +61,10 @@ plan: setup ## Print the exact sglang serve command and container env. Vars: SKU
 
 sglang-args: setup ## Regenerate the snapshot of SGLang's server arguments from the pinned wheel
 	$(KDAKIT) sglang-args --write
+
+reproduce: setup ## The main job: build and save the image unless its tarball exists, then ab-$(SKU) and the report. Vars: SKU=h200|b200 INVENTORY=(localhost)
+	@test -f $(FILE) || $(MAKE) --no-print-directory image image-save SKU=$(SKU)
+	$(MAKE) --no-print-directory ab-$(SKU) SKU=$(SKU)
 
 clean: ## Remove the venv and caches (results/ is kept)
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache *.egg-info
