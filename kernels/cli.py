@@ -40,7 +40,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
     bench.add_argument("--run-id", default=None, help="default: kernels-<UTC time>")
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument(
+        "--configs",
+        choices=("shipped", "default"),
+        default="shipped",
+        help="kdakit kernels' configs: tuned ones shipped for this GPU (fallback: default), or the defaults",
+    )
     bench.set_defaults(func=cmd_bench)
+
+    tune = kernels.add_parser(
+        "autotune",
+        help="tune kdakit's Helion KDA kernels for this GPU's SKU and write config files (GPU only)",
+        description="Helion's autotuner per kernel and shape bucket, then tuned vs default timed under CUDA "
+        "graph replay with rotating slots; the faster config is written to OUT/SKU/KERNEL-BUCKET.json.",
+    )
+    tune.add_argument("--sku", required=True, help="the SKU of this GPU, e.g. h200 (checked against it)")
+    tune.add_argument("--kernels", default="decode,verify", help="subset of decode,verify,verify-tree")
+    tune.add_argument("--heads", default="16,8", help="local KDA heads: 16 at TP4, 8 at TP8")
+    tune.add_argument("--batches", default="1,2,4,8,16,24,32,40,48", help="batch buckets to tune")
+    tune.add_argument("--budget-seconds", type=int, default=60, help="Helion search budget per bucket")
+    tune.add_argument("--effort", choices=("quick", "full"), default="full", help="Helion autotune effort")
+    tune.add_argument("--out", default=None, help="config folder (default: the package's kernels/configs)")
+    tune.add_argument("--dry-run", action="store_true", help="print the plan and target files, tune nothing")
+    tune.set_defaults(func=cmd_autotune)
 
     fetch = kernels.add_parser(
         "fetch-upstream",
@@ -93,9 +115,16 @@ def config_from_args(args: argparse.Namespace):
     )
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from kdakit.kernels import bench
+def cmd_autotune(args: argparse.Namespace) -> int:
+    from kdakit.kernels import autotune
 
+    return autotune.run(args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kdakit.kernels import bench, tuned
+
+    tuned.set_mode(args.configs)
     cfg = config_from_args(args)
     run_id = args.run_id or datetime.now(UTC).strftime("kernels-%Y%m%d-%H%M%S")
     out_dir = Path(args.results_dir) / run_id / socket.gethostname()
@@ -107,8 +136,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         partial_path=out_dir / "kernels-bench.partial.json",
     )
     (out_dir / "kernels-bench.partial.json").unlink(missing_ok=True)
+    result["kernel_configs"] = {"mode": args.configs, "active": tuned.active()}
     raw, record = bench.write_outputs(result, out_dir, run_id)
     print(bench.render_table(result))
+    print(tuned.describe_active(args.configs))
     print(f"\nwrote {raw}" + (f" and {record}" if record else ""))
     return 1 if bench.any_failure(result) else 0
 

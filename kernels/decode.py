@@ -27,6 +27,7 @@ import os
 import helion
 import helion.language as hl
 import torch
+from kdakit.kernels import tuned
 
 _LOG2E = 1.4426950408889634
 
@@ -35,7 +36,8 @@ _LOG2E = 1.4426950408889634
 # loop_orders [[2, 1, 0]] makes the V tile the fastest grid axis, then the head, then the request, so
 # neighbouring programs stream neighbouring state; state loads are evict-first and state stores streaming
 # (.cs). On an H200 the fp32 config was the fastest of 14 candidates at B = 1, 16 and 48 (kernels/README.md).
-# A later issue ships per-SKU configs: these are plain module-level values that `set_decode_config` replaces.
+# These are the fallbacks: at run time a tuned config shipped for the GPU's SKU and shape bucket wins
+# (`kdakit.kernels.tuned`), and a config set with `set_decode_config` wins over both.
 def _config(block_v: int, warps: int) -> helion.Config:
     return helion.Config(
         block_sizes=[block_v], num_warps=warps, num_stages=1, indexing="pointer", pid_type="flat",
@@ -131,15 +133,24 @@ def make_decode_kernel(config: helion.Config) -> helion.Kernel:
     return helion.kernel(_packed_decode, static_shapes=False, config=config)
 
 
+_EXPLICIT: set[str] = set()
+
+
 def set_decode_config(name: str, config: helion.Config) -> None:
-    """Replace a shipped config: "fp32" (also used by fp16 pools) or "bf16"."""
+    """Run `config` for "fp32" (also fp16 pools) or "bf16" state at every shape, over any tuned one."""
     if name not in DECODE_CONFIGS:
         raise KeyError(f"unknown decode config {name!r}; known: {sorted(DECODE_CONFIGS)}")
     DECODE_CONFIGS[name] = config
+    _EXPLICIT.add(name)
 
 
-def _config_for(state: torch.Tensor) -> helion.Config:
-    return DECODE_CONFIGS["bf16" if state.dtype == torch.bfloat16 else "fp32"]
+def _config_for(state: torch.Tensor, B: int, H: int, HV: int, K: int, V: int) -> helion.Config:
+    name = "bf16" if state.dtype == torch.bfloat16 else "fp32"
+    bucket = tuned.Bucket(H, HV, K, V, tuned.dtype_name(state.dtype), tuned.batch_bucket(max(B, 1)))
+    if name in _EXPLICIT:
+        tuned.note_explicit("decode", bucket, DECODE_CONFIGS[name])
+        return DECODE_CONFIGS[name]
+    return tuned.select("decode", bucket, DECODE_CONFIGS[name], state.device)
 
 
 def _is_power_of_two(n: int) -> bool:
@@ -238,8 +249,10 @@ def helion_fused_recurrent_kda_packed_decode(
     lower_bound: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed KDA decode with SGLang 0.5.23's contract; returns the caller's (out, initial_state)."""
-    validate_decode_inputs(mixed_qkv, a, b, A_log, dt_bias, initial_state, out, ssm_state_indices)
-    kernel = make_decode_kernel(_config_for(initial_state))
+    B, H, HV, K, V = validate_decode_inputs(
+        mixed_qkv, a, b, A_log, dt_bias, initial_state, out, ssm_state_indices
+    )
+    kernel = make_decode_kernel(_config_for(initial_state, B, H, HV, K, V))
     kernel(
         mixed_qkv,
         a,

@@ -29,15 +29,18 @@ import functools
 import helion
 import helion.language as hl
 import torch
+from kdakit.kernels import tuned
 from kdakit.kernels.decode import _check_runnable_device, _is_power_of_two
 
 _LOG2E = 1.4426950408889634
 
-# Fixed configs (no run-time autotuning); replace with `set_verify_config`. loop_orders [[2, 1, 0]]: the V
-# tile is the fastest grid axis, then the head, then the request, so neighbouring programs write neighbouring
-# snapshot memory. Chain: state loads evict-first and snapshot stores streaming (.cs); these lists are
-# positional in traced order (loads slot,row,start,end,A_log,dt_bias,state,a,b,q,k,v; stores out,snapshot,pad)
-# and the tree body has two more loads, so its config carries no such lists.
+# Fallback configs (no run-time autotuning): a tuned config shipped for the GPU's SKU and shape bucket wins
+# (`kdakit.kernels.tuned`), and one set with `set_verify_config` wins over both.
+# loop_orders [[2, 1, 0]]: the V tile is the fastest grid axis, then the head, then the request, so
+# neighbouring programs write neighbouring snapshot memory. Chain: state loads evict-first and snapshot
+# stores streaming (.cs); these lists are positional in traced order (loads slot,row,start,end,A_log,
+# dt_bias,state,a,b,q,k,v; stores out,snapshot,pad) and the tree body has two more loads, so its config
+# carries no such lists.
 _BASE = {"num_stages": 1, "indexing": "pointer", "pid_type": "flat", "loop_orders": [[2, 1, 0]]}
 VERIFY_CONFIGS: dict[str, helion.Config] = {
     "chain": helion.Config(
@@ -161,9 +164,52 @@ def make_verify_kernel(config: helion.Config) -> helion.Kernel:
     return helion.kernel(_verify, static_shapes=False, config=config)
 
 
+_EXPLICIT: set[str] = set()
+
+
 def set_verify_config(mode: str, config: helion.Config) -> None:
-    """Replace the shipped config for "chain" or "tree" verification."""
+    """Run `config` for "chain" or "tree" verification at every shape, over any tuned one."""
+    if mode not in VERIFY_CONFIGS:
+        raise KeyError(f"unknown verify mode {mode!r}; known: {sorted(VERIFY_CONFIGS)}")
     VERIFY_CONFIGS[mode] = config
+    _EXPLICIT.add(mode)
+
+
+def _config_for(mode: str, pool: torch.Tensor, N: int, H: int, HV: int, K: int, V: int) -> helion.Config:
+    kernel = f"verify-{mode}"
+    bucket = tuned.Bucket(H, HV, K, V, tuned.dtype_name(pool.dtype), tuned.batch_bucket(max(N, 1)))
+    if mode in _EXPLICIT:
+        tuned.note_explicit(kernel, bucket, VERIFY_CONFIGS[mode])
+        return VERIFY_CONFIGS[mode]
+    return tuned.select(kernel, bucket, VERIFY_CONFIGS[mode], pool.device)
+
+
+def kernel_args(
+    q, k, v, a, b, A_log, dt_bias, ssm_states, cache_indices, query_start_loc,
+    intermediate_states_buffer, intermediate_state_indices, retrieve_parent_token, out, lower_bound,
+) -> tuple:  # fmt: skip
+    """The raw Helion kernel's arguments for the wrapper's (checked) inputs and output `out` [1, T, HV, V]."""
+    _, T, _, K = q.shape
+    HV = v.shape[2]
+    return (
+        q[0],
+        k[0],
+        v[0],
+        a.reshape(T, HV, K),
+        b.reshape(T, HV),
+        A_log.reshape(HV),
+        dt_bias.reshape(HV, K),
+        ssm_states,
+        cache_indices,
+        query_start_loc,
+        intermediate_states_buffer,
+        intermediate_state_indices,
+        retrieve_parent_token,
+        out[0],
+        T,
+        0.0 if lower_bound is None else float(lower_bound),
+        lower_bound is not None,
+    )
 
 
 def _new_output(v: torch.Tensor) -> torch.Tensor:
@@ -233,26 +279,13 @@ def helion_kda_verify(
 
     out = _new_output(v)
     mode = "chain" if retrieve_parent_token is None else "tree"
-    kernel = make_verify_kernel(VERIFY_CONFIGS[mode])
+    kernel = make_verify_kernel(_config_for(mode, ssm_states, N, H, HV, K, V))
     kernel(
-        q[0],
-        k[0],
-        v[0],
-        a.reshape(T, HV, K),
-        b.reshape(T, HV),
-        A_log.reshape(HV),
-        dt_bias.reshape(HV, K),
-        ssm_states,
-        cache_indices,
-        query_start_loc,
-        intermediate_states_buffer,
-        intermediate_state_indices,
-        retrieve_parent_token,
-        out[0],
-        T,
-        0.0 if lower_bound is None else float(lower_bound),
-        lower_bound is not None,
-    )
+        *kernel_args(
+            q, k, v, a, b, A_log, dt_bias, ssm_states, cache_indices, query_start_loc,
+            intermediate_states_buffer, intermediate_state_indices, retrieve_parent_token, out, lower_bound,
+        )
+    )  # fmt: skip
     return out
 
 

@@ -1,0 +1,436 @@
+"""Per-SKU tuned Helion configs for kdakit's KDA kernels: the files, their validation, run-time selection.
+
+Files: `kernels/configs/<sku>/<kernel>-<bucket>.json` (package data, so the image carries them), written by
+`kdakit kernels autotune` on a GPU of that SKU. Each holds one `helion.Config` plus what it is valid for:
+kernel name, sha256 of the kernel function's source, the helion/triton/torch versions it was tuned with, the
+GPU name and the shape bucket, and how it was tuned (budget, effort, measured per-call times).
+
+Shape buckets: (query heads, value heads, K, V, state dtype, batch bucket). Batches are bucketed to the CUDA
+graph batch sizes SGLang pads decode/verify to: a batch B uses the bucket of the smallest size in
+BATCH_BUCKETS that is >= B (B = 3 -> 4, B = 20 -> 24); batches above 48 use the 48 bucket.
+
+Selection, once per (kernel, bucket) and cached, so a call costs one dict lookup:
+1. a config set explicitly (`set_decode_config` / `set_verify_config`) wins;
+2. else the shipped file for the running GPU's SKU and the bucket, if its source hash and versions match
+   what is installed;
+3. else the kernel module's default config, with ONE warning (KernelConfigWarning) per kernel and bucket
+   that names the command which tunes it.
+Nothing is ever autotuned at run time. CPU tensors (the Triton interpreter) have no SKU: the default config
+runs silently unless KDAKIT_KERNEL_SKU names one.
+
+Environment: KDAKIT_KERNEL_SKU (override the SKU derived from the GPU name), KDAKIT_KERNEL_CONFIG_DIR (read
+configs from another folder), KDAKIT_KERNEL_CONFIGS=default (ignore shipped configs, e.g. to compare).
+
+A new kernel opts in by adding its kernel function to KERNEL_FUNCTIONS and calling `select(...)` with its
+default config where it builds its kernel (see decode.py's `_config_for`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import re
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+SCHEMA = "kdakit.kernel-config.v1"
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48)
+ENV_SKU = "KDAKIT_KERNEL_SKU"
+ENV_DIR = "KDAKIT_KERNEL_CONFIG_DIR"
+ENV_MODE = "KDAKIT_KERNEL_CONFIGS"
+MODES = ("shipped", "default")
+STATE_DTYPES = ("fp32", "bf16", "fp16")
+
+# kernel name -> "module:function" whose source the config was tuned for (its hash goes into the file).
+# The two verify modes share one body but trace different loads, so they are tuned separately.
+KERNEL_FUNCTIONS = {
+    "decode": "kdakit.kernels.decode:_packed_decode",
+    "verify-chain": "kdakit.kernels.verify:_verify",
+    "verify-tree": "kdakit.kernels.verify:_verify",
+}
+# `--kernels` names of `kdakit kernels autotune` -> kernel names
+KERNEL_GROUPS = {"decode": ("decode",), "verify": ("verify-chain",), "verify-tree": ("verify-tree",)}
+
+# GPU name (lower case) substrings -> SKU folder, most specific first
+_SKU_PATTERNS = (
+    ("gb200", "gb200"),
+    ("b200", "b200"),
+    ("h200 nvl", "h200-nvl"),
+    ("h200", "h200"),
+    ("h100", "h100"),
+)
+
+
+class KernelConfigWarning(UserWarning):
+    """A kernel runs its default config (no usable tuned config for this GPU and shape)."""
+
+
+class ConfigFileError(ValueError):
+    """A config file that is not a valid kdakit kernel config."""
+
+
+def sku_of(gpu_name: str) -> str:
+    """'NVIDIA H200' -> 'h200'; unknown GPUs get a slug of their name (so their configs still separate)."""
+    name = gpu_name.lower()
+    for pattern, sku in _SKU_PATTERNS:
+        if pattern in name:
+            return sku
+    return re.sub(r"[^a-z0-9]+", "-", name.removeprefix("nvidia ")).strip("-") or "unknown"
+
+
+def batch_bucket(batch: int) -> int:
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1 (got {batch})")
+    i = bisect.bisect_left(BATCH_BUCKETS, batch)
+    return BATCH_BUCKETS[min(i, len(BATCH_BUCKETS) - 1)]
+
+
+def dtype_name(dtype) -> str:
+    return {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(dtype)]
+
+
+class Bucket(NamedTuple):
+    heads: int
+    value_heads: int
+    k: int
+    v: int
+    state_dtype: str
+    batch: int
+
+    def slug(self) -> str:
+        return f"h{self.heads}-hv{self.value_heads}-k{self.k}-v{self.v}-{self.state_dtype}-b{self.batch}"
+
+
+def file_name(kernel: str, bucket: Bucket) -> str:
+    return f"{kernel}-{bucket.slug()}.json"
+
+
+@dataclass
+class TunedConfig:
+    kernel: str
+    sku: str
+    gpu_name: str
+    bucket: Bucket
+    config: dict[str, Any]
+    source_sha256: str
+    versions: dict[str, str]
+    tuning: dict[str, Any] = field(default_factory=dict)
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["bucket"] = self.bucket._asdict()
+        return data
+
+    def helion_config(self):
+        import helion
+
+        return helion.Config.from_dict(dict(self.config))
+
+
+def _require(cond: bool, what: str) -> None:
+    if not cond:
+        raise ConfigFileError(what)
+
+
+def parse(data: Any) -> TunedConfig:
+    """Validate a config file's JSON object; raises ConfigFileError naming the first problem."""
+    _require(isinstance(data, dict), "not a JSON object")
+    _require(data.get("schema") == SCHEMA, f"schema is {data.get('schema')!r}, expected {SCHEMA!r}")
+    known = {"schema", "kernel", "sku", "gpu_name", "bucket", "config", "source_sha256", "versions", "tuning"}
+    missing = sorted(known - {"tuning"} - set(data))
+    _require(not missing, f"missing fields: {', '.join(missing)}")
+    extra = sorted(set(data) - known)
+    _require(not extra, f"unknown fields: {', '.join(extra)}")
+    _require(data["kernel"] in KERNEL_FUNCTIONS, f"unknown kernel {data['kernel']!r}")
+    for name in ("sku", "gpu_name"):
+        _require(isinstance(data[name], str) and data[name], f"`{name}` must be a non-empty string")
+    _require(
+        isinstance(data["source_sha256"], str) and re.fullmatch(r"[0-9a-f]{64}", data["source_sha256"]),
+        "`source_sha256` must be 64 hex digits",
+    )
+    versions = data["versions"]
+    _require(
+        isinstance(versions, dict)
+        and all(isinstance(versions.get(p), str) for p in ("helion", "triton", "torch")),
+        "`versions` must give helion, triton and torch as strings",
+    )
+    b = data["bucket"]
+    _require(isinstance(b, dict) and set(b) == set(Bucket._fields), f"`bucket` needs {Bucket._fields}")
+    for name in ("heads", "value_heads", "k", "v", "batch"):
+        _require(isinstance(b[name], int) and b[name] >= 1, f"bucket.{name} must be a positive integer")
+    _require(b["state_dtype"] in STATE_DTYPES, f"bucket.state_dtype must be one of {STATE_DTYPES}")
+    _require(b["batch"] in BATCH_BUCKETS, f"bucket.batch must be one of {BATCH_BUCKETS}")
+    _require(b["value_heads"] % b["heads"] == 0, "bucket.value_heads must be a multiple of bucket.heads")
+    cfg = data["config"]
+    _require(isinstance(cfg, dict) and cfg, "`config` must be a non-empty object")
+    blocks = cfg.get("block_sizes")
+    _require(
+        isinstance(blocks, list) and all(isinstance(x, int) and x >= 1 for x in blocks),
+        "config.block_sizes must be a list of positive integers",
+    )
+    warps = cfg.get("num_warps", 4)
+    _require(warps in (1, 2, 4, 8, 16, 32), f"config.num_warps must be a power of two <= 32 (got {warps})")
+    tuning = data.get("tuning", {})
+    _require(isinstance(tuning, dict), "`tuning` must be an object")
+    return TunedConfig(
+        kernel=data["kernel"],
+        sku=data["sku"],
+        gpu_name=data["gpu_name"],
+        bucket=Bucket(**b),
+        config=cfg,
+        source_sha256=data["source_sha256"],
+        versions=dict(versions),
+        tuning=tuning,
+    )
+
+
+def load_file(path: Path) -> TunedConfig:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigFileError(f"{path}: unreadable ({exc})") from None
+    try:
+        tc = parse(data)
+    except ConfigFileError as exc:
+        raise ConfigFileError(f"{path}: {exc}") from None
+    expected = file_name(tc.kernel, tc.bucket)
+    if Path(path).name != expected:
+        raise ConfigFileError(f"{path}: its kernel and bucket say the file is named {expected}")
+    return tc
+
+
+def write_file(tc: TunedConfig, directory: Path) -> Path:
+    """Write `directory/<sku>/<kernel>-<bucket>.json` atomically (temp file + rename); returns the path."""
+    parse(tc.to_dict())  # never write what the loader would reject
+    folder = Path(directory) / tc.sku
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / file_name(tc.kernel, tc.bucket)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(tc.to_dict(), indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+# ------------------------------------------------------------------------------------ what is installed
+def installed_versions() -> dict[str, str]:
+    import importlib.metadata as metadata
+
+    import torch
+    import triton
+
+    return {"helion": metadata.version("helion"), "triton": triton.__version__, "torch": torch.__version__}
+
+
+def kernel_function(kernel: str):
+    module, _, name = KERNEL_FUNCTIONS[kernel].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@functools.cache
+def source_sha256(kernel: str) -> str:
+    """sha256 of the kernel function's source: a config's positional per-load lists only fit that body."""
+    return hashlib.sha256(inspect.getsource(kernel_function(kernel)).encode()).hexdigest()
+
+
+def _base(version: str) -> str:
+    return version.split("+")[0]
+
+
+def mismatches(tc: TunedConfig, versions: dict[str, str], source: str) -> list[str]:
+    """Why a tuned config must not be used here (empty: it may). torch compares without its local label."""
+    problems = []
+    if tc.source_sha256 != source:
+        problems.append(f"kernel source changed (tuned for {tc.source_sha256[:12]}, installed {source[:12]})")
+    for pkg in ("helion", "triton", "torch"):
+        want, have = tc.versions[pkg], versions[pkg]
+        same = _base(want) == _base(have) if pkg == "torch" else want == have
+        if not same:
+            problems.append(f"tuned with {pkg} {want}, installed {have}")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------- selection
+class Selection(NamedTuple):
+    source: str  # "shipped" | "default" | "explicit"
+    path: str | None
+    reason: str
+
+
+_selected: dict[tuple[str, Bucket], Any] = {}
+_active: dict[tuple[str, Bucket], Selection] = {}
+_warned: set[tuple[str, Bucket]] = set()
+_mode: str | None = None
+
+
+def config_dir() -> Path:
+    return Path(os.environ.get(ENV_DIR) or CONFIG_DIR)
+
+
+def mode() -> str:
+    value = _mode or os.environ.get(ENV_MODE) or "shipped"
+    if value not in MODES:
+        raise ValueError(f"{ENV_MODE}={value!r}: expected one of {MODES}")
+    return value
+
+
+def set_mode(value: str) -> None:
+    """'shipped' (use tuned configs where valid) or 'default' (module defaults, no warnings)."""
+    global _mode
+    if value not in MODES:
+        raise ValueError(f"configs mode {value!r}: expected one of {MODES}")
+    _mode = value
+    reset()
+
+
+def reset() -> None:
+    """Forget every selection (the next call per bucket looks again and may warn again)."""
+    _selected.clear()
+    _active.clear()
+    _warned.clear()
+    _sku_index.cache_clear()
+
+
+@functools.cache
+def _device_sku(index: int) -> str:
+    import torch
+
+    return sku_of(torch.cuda.get_device_name(index))
+
+
+def current_sku(device=None) -> str | None:
+    """The SKU whose configs apply: KDAKIT_KERNEL_SKU, else from the CUDA device's name; None on CPU."""
+    override = os.environ.get(ENV_SKU)
+    if override:
+        return override
+    if device is None or getattr(device, "type", None) != "cuda":
+        return None
+    return _device_sku(device.index if device.index is not None else 0)
+
+
+@functools.cache
+def _sku_index(directory: str, sku: str) -> tuple[dict, dict]:
+    """({(kernel, bucket): (TunedConfig, path)}, {path: error}) for one SKU folder, read once."""
+    found, errors = {}, {}
+    folder = Path(directory) / sku
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            tc = load_file(path)
+        except ConfigFileError as exc:
+            errors[str(path)] = str(exc)
+            continue
+        if tc.sku != sku:
+            errors[str(path)] = f"{path}: says sku {tc.sku!r} but lies in the {sku!r} folder"
+            continue
+        found[(tc.kernel, tc.bucket)] = (tc, str(path))
+    return found, errors
+
+
+def tune_command(kernel: str, sku: str, bucket: Bucket) -> str:
+    group = "verify-tree" if kernel == "verify-tree" else kernel.split("-")[0]
+    return (
+        f"kdakit kernels autotune --sku {sku} --kernels {group} --heads {bucket.value_heads} "
+        f"--batches {bucket.batch} (or: make autotune SKU={sku})"
+    )
+
+
+def _warn_once(key: tuple[str, Bucket], message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, KernelConfigWarning, stacklevel=4)
+
+
+def select(kernel: str, bucket: Bucket, default, device=None):
+    """The helion.Config `kernel` runs with for `bucket` on `device` (see the module doc for the order)."""
+    key = (kernel, bucket)
+    chosen = _selected.get(key)
+    if chosen is not None:
+        return chosen
+    chosen, selection = _resolve(kernel, bucket, default, device)
+    _selected[key] = chosen
+    _active[key] = selection
+    return chosen
+
+
+def _resolve(kernel: str, bucket: Bucket, default, device):
+    key = (kernel, bucket)
+    if mode() == "default":
+        return default, Selection("default", None, f"{ENV_MODE}=default")
+    sku = current_sku(device)
+    if sku is None:
+        return default, Selection("default", None, "no GPU SKU (CPU)")
+    directory = config_dir()
+    found, errors = _sku_index(str(directory), sku)
+    entry = found.get(key)
+    if entry is None:
+        why = f"no tuned config for {sku}"
+        _warn_once(
+            key,
+            f"kdakit: no tuned {kernel} config for {sku} at {bucket.slug()} in {directory / sku}: running "
+            f"the default config. Tune it on this GPU: {tune_command(kernel, sku, bucket)}",
+        )
+        if errors:
+            why += f" ({len(errors)} unreadable file(s) in {directory / sku})"
+        return default, Selection("default", None, why)
+    tc, path = entry
+    problems = mismatches(tc, installed_versions(), source_sha256(kernel))
+    if problems:
+        _warn_once(
+            key,
+            f"kdakit: tuned config {path} is not used: {'; '.join(problems)}. Running the default config; "
+            f"re-tune: {tune_command(kernel, sku, bucket)}",
+        )
+        return default, Selection("default", path, "; ".join(problems))
+    return tc.helion_config(), Selection("shipped", path, f"tuned on {tc.gpu_name}")
+
+
+def note_explicit(kernel: str, bucket: Bucket, config) -> None:
+    """Record (for `active()`) that a caller-set config ran for this bucket."""
+    _active[(kernel, bucket)] = Selection("explicit", None, "set by set_*_config")
+
+
+def active() -> list[dict]:
+    """What each (kernel, bucket) used so far in this process: for bench records and debugging."""
+    return [
+        {"kernel": k, "bucket": b.slug(), "source": s.source, "path": s.path, "reason": s.reason}
+        for (k, b), s in sorted(_active.items(), key=lambda item: (item[0][0], item[0][1]))
+    ]
+
+
+def describe_active(mode_name: str) -> str:
+    """One line for a bench: which configs kdakit's kernels ran with."""
+    rows = active()
+    if not rows:
+        return f"kdakit kernel configs ({mode_name}): none selected in this process"
+    counts = {s: sum(r["source"] == s for r in rows) for s in ("shipped", "default", "explicit")}
+    parts = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    return f"kdakit kernel configs ({mode_name}): {parts} of {len(rows)} kernel/bucket selections"
+
+
+# ------------------------------------------------------------------------------------------- inventory
+def shipped_skus(directory: Path | None = None) -> list[str]:
+    folder = Path(directory or config_dir())
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and any(p.glob("*.json")))
+
+
+def inventory(sku: str, directory: Path | None = None) -> list[dict]:
+    """Every file for `sku`: path, kernel, bucket and whether it would be used here (problems if not)."""
+    directory = Path(directory or config_dir())
+    found, errors = _sku_index(str(directory), sku)
+    rows = [{"path": p, "kernel": None, "bucket": None, "problems": [e]} for p, e in errors.items()]
+    versions = installed_versions() if found else {}
+    for (kernel, bucket), (tc, path) in found.items():
+        problems = mismatches(tc, versions, source_sha256(kernel))
+        row = {"path": path, "kernel": kernel, "bucket": bucket.slug(), "problems": problems}
+        rows.append(row | {"tuning": tc.tuning})
+    return sorted(rows, key=lambda r: r["path"])
