@@ -11,17 +11,20 @@ state kept V-first as M = S^T [V, K] like SGLang's pool):
     O       = scale (q * exp Gamma) S0 + Aqk Vnew
     S_next  = diag(exp Gamma_last) S0 + (k * exp(Gamma_last - Gamma))^T Vnew
 
-Three Helion kernels (four when the output is not fused into the state pass):
+Four Helion kernels (five when the output is not fused into the state pass):
 
-1. `_gate_cumsum`: one program per (chunk, value head): gate activation from the raw gate, chunk-local cumsum
-   in log2 units.
-2. `_intra_chunk`: one program per (chunk, value head): L2 norm of q/k, beta, the 64x64 L and Aqk built
-   from 16x16 blocks (each block factorised around its own anchor row so that exp never overflows), the
-   unit-triangular inverse (forward substitution on the 16x16 diagonal blocks, block formulas for the rest),
-   then W, U (written over v), k*exp(Gamma_last - Gamma), q*exp(Gamma) and Aqk.
-3. `_state_pass`: one program per (sequence, value head, V tile): the only sequential part, over the chunks
-   of one sequence; optionally fused with the output so no per-chunk state ever goes through HBM.
-4. `_chunk_output` (unfused mode only): fully parallel output from the per-chunk states.
+1. `gate`: one program per (chunk, value head): gate activation from the raw gate, chunk-local cumsum in log2
+   units.
+2. `intra`: one program per (chunk, value head): the 64x64 L and Aqk from 16x16 blocks (each block
+   factorised around its own anchor row so that exp never overflows), then Tinv = (I + L)^-1 row block by
+   row block (diagonal blocks by the nilpotent product formula, the rest by block substitution).
+3. `recompute`: one program per (chunk, value head): W = Tinv diag(beta)(k exp Gamma), U = Tinv diag(beta) v
+   (written over v) as 64x64 @ 64xK tensor-core dots, plus k exp(Gamma_last - Gamma), scale q exp Gamma and
+   exp Gamma_last.
+4. `state`: one program per (sequence, value head, V tile): the only sequential part, over the chunks of one
+   sequence, with the state kept K-first in registers; the output is fused in, so no per-chunk state goes
+   through HBM.
+5. `output` (unfused mode, for tuning only): fully parallel output from stored per-chunk states.
 
 Every length enters the kernels as data (cu_seqlens, chunk maps) or as a symbolic size, and each kernel's
 specialization key records which dims are one (helion-fla notes 4.1): a first call at T = 1 compiles its own
@@ -133,6 +136,10 @@ def _invert_unit_lower_16(strict: torch.Tensor) -> torch.Tensor:
     return _dot32(inv, eye + n8)
 
 
+def _acc(blocks: dict, key, value):
+    return value if key not in blocks else blocks[key] + value
+
+
 def _load_unit(x_rows, qk_row, valid, kk, rnorm):
     """[16, K] fp32 rows of q or k, scaled by their precomputed inverse L2 norms (or 1)."""
     x = hl.load(x_rows, [qk_row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
@@ -148,11 +155,10 @@ def _inv_norm(x_rows, qk_row, valid, kk, use_l2norm):
 
 
 def _intra_blocks(
-    q_rows, k_rows, gcum_rows, gcum_flat, beta_rows, w_rows, kg_rows, qg_rows, aqk_rows,
-    start, end, hv, g_last, scale, HV, GROUP, use_l2norm, beta_is_raw,
+    q_rows, k_rows, gcum_rows, gcum_flat, beta_rows, aqk_rows, tinv_rows,
+    start, end, hv, scale, K, HV, GROUP, use_l2norm, beta_is_raw,
 ):  # fmt: skip
-    """Everything of one (chunk, value head) except U. Returns the bf16 inverse blocks, rows, masks, betas."""
-    K = q_rows.size(1)
+    """L and Aqk of one (chunk, value head) from 16x16 blocks, then Tinv = (I + L)^-1; stores Aqk, Tinv."""
     kk = hl.arange(K)
     lane = hl.arange(16)
     H = HV // GROUP
@@ -171,124 +177,122 @@ def _intra_blocks(
     rn_k = [_inv_norm(k_rows, qk_rows[i], masks[i], kk, use_l2norm) for i in range(4)]
     rn_q = [_inv_norm(q_rows, qk_rows[i], masks[i], kk, use_l2norm) for i in range(4)]
 
-    def anchor(token):
+    def anchor(token, cols):
         # an in-bounds row of this chunk (padding chunks: never stored, any finite value will do)
         token = torch.clamp(torch.minimum(token, end - 1), min=0)
-        return hl.load(gcum_flat, [(token * HV + hv) * K + kk])
+        return hl.load(gcum_flat, [(token * HV + hv) * K + cols])
 
-    # 16x16 blocks of L (beta-scaled, strictly lower) and of Aqk (scaled, causal); the Aqk blocks above the
-    # diagonal are stored as zeros so that the output pass can use whole 64-wide rows.
-    akk = {}
+    # Row block by row block: the 16x16 blocks of L (beta-scaled, strictly lower) and of Aqk (scaled,
+    # causal; zeros stored above the diagonal so that the output pass can use whole 64-wide rows), then at
+    # once row block i of Tinv = (I + L)^-1:  Tinv[i,i] = (I + L[i,i])^-1,
+    # Tinv[i,j] = -Tinv[i,i] @ sum_{j<=m<i} L[i,m] @ Tinv[m,j].  L of row i dies here, keeping few 16x16
+    # blocks live (each costs ~8 registers a thread in the MMA layout whatever the warp count).
+    inv = {}
     zero = hl.zeros([16, 16], dtype=torch.float32)
     for i in range(4):
-        ki = _load_unit(k_rows, qk_rows[i], masks[i], kk, rn_k[i])
-        qi = _load_unit(q_rows, qk_rows[i], masks[i], kk, rn_q[i])
-        gi = hl.load(gcum_rows, [rows[i][:, None], kk[None, :]], extra_mask=masks[i][:, None])
         row_mask = masks[i][:, None]
-        # diagonal block, factorised around its middle row
-        g_mid = anchor(start + i * 16 + 8)
-        up = _exp2c(gi - g_mid[None, :])
-        kd = (ki * _exp2c(g_mid[None, :] - gi)).T
-        a_ii = _dot32(ki * up, kd)
-        akk[(i, i)] = torch.where(strict & row_mask, a_ii * betas[i][:, None], 0.0)
-        q_ii = _dot32(qi * up, kd) * scale
-        hl.store(aqk_rows, [rows[i][:, None], (i * 16 + lane)[None, :]],
-                 torch.where(causal, q_ii, 0.0).to(aqk_rows.dtype), extra_mask=row_mask)  # fmt: skip
-        if i > 0:
-            # blocks left of the diagonal, factorised around the first row of block i: both factors <= 1
-            g_first = anchor(start + i * 16)
-            left = _exp2c(gi - g_first[None, :])
-            kl = (ki * left).to(torch.bfloat16)
-            ql = (qi * left).to(torch.bfloat16)
-            for j in range(i):
-                kj = _load_unit(k_rows, qk_rows[j], masks[j], kk, rn_k[j])
-                gj = hl.load(gcum_rows, [rows[j][:, None], kk[None, :]], extra_mask=masks[j][:, None])
-                kr = (kj * _exp2c(g_first[None, :] - gj)).to(torch.bfloat16).T
-                akk[(i, j)] = torch.where(row_mask, _dot32(kl, kr) * betas[i][:, None], 0.0)
-                q_ij = _dot32(ql, kr) * scale
-                hl.store(aqk_rows, [rows[i][:, None], (j * 16 + lane)[None, :]],
-                         q_ij.to(aqk_rows.dtype), extra_mask=row_mask)  # fmt: skip
-        for j in range(i + 1, 4):
-            hl.store(aqk_rows, [rows[i][:, None], (j * 16 + lane)[None, :]],
-                     zero.to(aqk_rows.dtype), extra_mask=row_mask)  # fmt: skip
-
-    # (I + L)^-1 blockwise: diagonal blocks by substitution, then
-    # Tinv[i,j] = -Tinv[i,i] @ sum_{j<=m<i} L[i,m] @ Tinv[m,j]
-    inv = {}
-    for i in range(4):
-        inv[(i, i)] = _invert_unit_lower_16(akk[(i, i)])
-    for i in range(1, 4):
+        akk = {}
+        aqk = {}
+        # The K reduction runs in 32-wide slices: a 16-row dot replicates its operands in every warp, so
+        # full-K operands would take most of the register file.
+        for ks in range(K // 32):
+            cols = ks * 32 + hl.arange(32)
+            ki = _load_unit(k_rows, qk_rows[i], masks[i], cols, rn_k[i])
+            qi = _load_unit(q_rows, qk_rows[i], masks[i], cols, rn_q[i])
+            gi = hl.load(gcum_rows, [rows[i][:, None], cols[None, :]], extra_mask=row_mask)
+            # diagonal block, factorised around its middle row
+            g_mid = anchor(start + i * 16 + 8, cols)
+            up = _exp2c(gi - g_mid[None, :])
+            kd = (ki * _exp2c(g_mid[None, :] - gi)).T
+            akk[i] = _acc(akk, i, _dot32(ki * up, kd))
+            aqk[i] = _acc(aqk, i, _dot32(qi * up, kd))
+            if i > 0:
+                # blocks left of the diagonal, factorised around the first row of block i: factors <= 1
+                g_first = anchor(start + i * 16, cols)
+                left = _exp2c(gi - g_first[None, :])
+                kl = (ki * left).to(torch.bfloat16)
+                ql = (qi * left).to(torch.bfloat16)
+                for j in range(i):
+                    kj = _load_unit(k_rows, qk_rows[j], masks[j], cols, rn_k[j])
+                    gj = hl.load(gcum_rows, [rows[j][:, None], cols[None, :]], extra_mask=masks[j][:, None])
+                    kr = (kj * _exp2c(g_first[None, :] - gj)).to(torch.bfloat16).T
+                    akk[j] = _acc(akk, j, _dot32(kl, kr))
+                    aqk[j] = _acc(aqk, j, _dot32(ql, kr))
+        akk[i] = torch.where(strict & row_mask, akk[i] * betas[i][:, None], 0.0)
+        for j in range(i):
+            akk[j] = torch.where(row_mask, akk[j] * betas[i][:, None], 0.0)
+        for j in range(4):
+            if j < i:
+                val = aqk[j] * scale
+            elif j == i:
+                val = torch.where(causal, aqk[i] * scale, 0.0)
+            else:
+                val = zero
+            hl.store(aqk_rows, [rows[i][:, None], (j * 16 + lane)[None, :]], val.to(aqk_rows.dtype),
+                     extra_mask=row_mask)  # fmt: skip
+        # row block i of Tinv, stored as 64-wide bf16 rows for the recompute kernel
+        inv[(i, i)] = _invert_unit_lower_16(akk[i])
         for j in range(i - 1, -1, -1):
-            acc = _dot32(akk[(i, j)], inv[(j, j)])
+            acc = _dot32(akk[j], inv[(j, j)])
             for m in range(j + 1, i):
-                acc = acc + _dot32(akk[(i, m)], inv[(m, j)])
+                acc = acc + _dot32(akk[m], inv[(m, j)])
             inv[(i, j)] = -_dot32(inv[(i, i)], acc)
-    inv_b = {key: val.to(torch.bfloat16) for key, val in inv.items()}
-
-    # W = Tinv diag(beta) (k exp Gamma); kg = k exp(Gamma_last - Gamma); qg = scale q exp Gamma
-    kb = []
-    for j in range(4):
-        kj = _load_unit(k_rows, qk_rows[j], masks[j], kk, rn_k[j])
-        qj = _load_unit(q_rows, qk_rows[j], masks[j], kk, rn_q[j])
-        gj = hl.load(gcum_rows, [rows[j][:, None], kk[None, :]], extra_mask=masks[j][:, None])
-        row_mask = masks[j][:, None]
-        kg = kj * torch.exp2(torch.clamp(g_last[None, :] - gj, max=0.0))
-        hl.store(kg_rows, [rows[j][:, None], kk[None, :]], kg.to(kg_rows.dtype), extra_mask=row_mask)
-        eg = torch.exp2(torch.clamp(gj, max=0.0))
-        hl.store(qg_rows, [rows[j][:, None], kk[None, :]], (qj * eg * scale).to(qg_rows.dtype),
-                 extra_mask=row_mask)  # fmt: skip
-        kb.append((kj * eg * betas[j][:, None]).to(torch.bfloat16))
-    for i in range(4):
-        acc = _dot32(inv_b[(i, 0)], kb[0])
-        for j in range(1, i + 1):
-            acc = acc + _dot32(inv_b[(i, j)], kb[j])
-        hl.store(w_rows, [rows[i][:, None], kk[None, :]], acc.to(w_rows.dtype), extra_mask=masks[i][:, None])
-    inv_t = tuple(inv_b[(i, j)] for i in range(4) for j in range(i + 1))
-    return inv_t
-
-
-def _apply_u(inv_t, start, end, hv, HV, beta_rows, beta_is_raw, v_rows, v_cols):
-    """U rows of one V tile = Tinv diag(beta) v, stored over v (all loads happen before the stores)."""
-    lane = hl.arange(16)
-    tokens = [start + i * 16 + lane for i in range(4)]
-    masks = [(t < end)[:, None] for t in tokens]
-    rows = [(t * HV + hv)[:, None] for t in tokens]
-    betas = []
-    for i in range(4):
-        b = hl.load(beta_rows, [rows[i]], extra_mask=masks[i]).float()
-        if beta_is_raw:
-            b = torch.sigmoid(b)
-        betas.append(b)
-    inv = {}
-    n = 0
-    for i in range(4):
-        for j in range(i + 1):
-            inv[(i, j)] = inv_t[n]
-            n += 1
-    vb = []
-    for j in range(4):
-        vj = hl.load(v_rows, [rows[j], v_cols], extra_mask=masks[j]).float()
-        vb.append((vj * betas[j]).to(torch.bfloat16))
-    for i in range(4):
-        acc = _dot32(inv[(i, 0)], vb[0])
-        for j in range(1, i + 1):
-            acc = acc + _dot32(inv[(i, j)], vb[j])
-        hl.store(v_rows, [rows[i], v_cols], acc.to(v_rows.dtype), extra_mask=masks[i])
+        for j in range(4):
+            val = inv[(i, j)].to(tinv_rows.dtype) if j <= i else zero.to(tinv_rows.dtype)
+            hl.store(tinv_rows, [rows[i][:, None], (j * 16 + lane)[None, :]], val, extra_mask=row_mask)
 
 
 def _intra_chunk_fn(
     q_rows: torch.Tensor,  # [T*H, K]
     k_rows: torch.Tensor,  # [T*H, K]
-    v_rows: torch.Tensor,  # [T*HV, V]  in: v, out: U
     gcum_rows: torch.Tensor,  # [T*HV, K] fp32 log2 cumsum
     gcum_flat: torch.Tensor,  # the same, flat (single-row loads)
     beta_rows: torch.Tensor,  # [T*HV]
     cu_seqlens: torch.Tensor,
     chunk_ends: torch.Tensor,
-    w_rows: torch.Tensor,  # [T*HV, K] out
-    kg_rows: torch.Tensor,  # [T*HV, K] out
-    qg_rows: torch.Tensor,  # [T*HV, K] out
     aqk_rows: torch.Tensor,  # [T*HV, 64] out
+    tinv_rows: torch.Tensor,  # [T*HV, 64] out: (I + L)^-1, bf16
+    decay_rows: torch.Tensor,  # [M*HV, K] (only its size: M chunk slots)
+    scale: float,
+    use_l2norm: hl.constexpr,
+    beta_is_raw: hl.constexpr,
+    HV: hl.constexpr,
+    GROUP: hl.constexpr,
+) -> torch.Tensor:
+    M = decay_rows.size(0) // HV
+    K = hl.specialize(q_rows.size(1))
+    hl.specialize((q_rows.stride(0), k_rows.stride(0), gcum_rows.stride(0)))
+    for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
+        # which sequence and chunk this program owns: count sequences whose chunks all end at or before it
+        count = hl.zeros([1], dtype=torch.int32)
+        for tile_n in hl.tile(chunk_ends.size(0)):
+            ends = chunk_ends[tile_n]
+            count = count + (ends[None, :] <= tile_m.id).to(torch.int32).sum(1).to(torch.int32)
+        seq = torch.clamp(count, max=chunk_ends.size(0) - 1).long()
+        first = torch.where(seq > 0, chunk_ends[torch.clamp(seq - 1, min=0)], 0)
+        begin = cu_seqlens[seq].long()
+        end = cu_seqlens[seq + 1].long()
+        start = begin + (tile_m.id - first) * 64
+        _intra_blocks(
+            q_rows, k_rows, gcum_rows, gcum_flat, beta_rows, aqk_rows, tinv_rows,
+            start, end, tile_h.id, scale, K, HV, GROUP, use_l2norm, beta_is_raw,
+        )  # fmt: skip
+    return tinv_rows
+
+
+def _recompute_fn(
+    q_rows: torch.Tensor,  # [T*H, K]
+    k_rows: torch.Tensor,  # [T*H, K]
+    v_rows: torch.Tensor,  # [T*HV, V]  in: v, out: U
+    gcum_rows: torch.Tensor,  # [T*HV, K] fp32
+    gcum_flat: torch.Tensor,
+    beta_rows: torch.Tensor,  # [T*HV]
+    cu_seqlens: torch.Tensor,
+    chunk_ends: torch.Tensor,
+    tinv_rows: torch.Tensor,  # [T*HV, 64] bf16
+    w_rows: torch.Tensor,  # [T*HV, K] out: Tinv diag(beta) (k exp Gamma)
+    kg_rows: torch.Tensor,  # [T*HV, K] out: k exp(Gamma_last - Gamma)
+    qg_rows: torch.Tensor,  # [T*HV, K] out: scale q exp Gamma
     decay_rows: torch.Tensor,  # [M*HV, K] fp32 out: exp2(Gamma_last)
     scale: float,
     use_l2norm: hl.constexpr,
@@ -312,17 +316,44 @@ def _intra_chunk_fn(
         begin = cu_seqlens[seq].long()
         end = cu_seqlens[seq + 1].long()
         start = begin + (tile_m.id - first) * 64
+        hv = tile_h.id
+        token = start + hl.arange(64)
+        valid = token < end
+        row = token * HV + hv
+        qk_row = token * (HV // GROUP) + hv // GROUP
         kk = hl.arange(K)
+        tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
+        beta = hl.load(beta_rows, [row], extra_mask=valid).float()
+        if beta_is_raw:
+            beta = torch.sigmoid(beta)
+        beta = torch.where(valid, beta, 0.0)
         # last row of the chunk (padding chunks: any in-bounds row; nothing of theirs is stored but decay)
         last = torch.clamp(torch.minimum(start + 63, end - 1), min=0)
-        g_last = hl.load(gcum_flat, [(last * HV + tile_h.id) * K + kk])
-        hl.store(decay_rows, [tile_m.id * HV + tile_h.id, kk], torch.exp2(torch.clamp(g_last, max=0.0)))
-        inv_t = _intra_blocks(
-            q_rows, k_rows, gcum_rows, gcum_flat, beta_rows, w_rows, kg_rows, qg_rows, aqk_rows,
-            start, end, tile_h.id, g_last, scale, HV, GROUP, use_l2norm, beta_is_raw,
-        )  # fmt: skip
+        g_last = hl.load(gcum_flat, [(last * HV + hv) * K + kk])
+        hl.store(decay_rows, [tile_m.id * HV + hv, kk], torch.exp2(torch.clamp(g_last, max=0.0)))
+        gam = hl.load(gcum_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+        k = hl.load(k_rows, [qk_row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
+        if use_l2norm:
+            k = k * torch.rsqrt((k * k).sum(1) + 1e-6)[:, None]
+        eg = torch.exp2(torch.clamp(gam, max=0.0))
+        kb = (k * eg * beta[:, None]).to(torch.bfloat16)
+        hl.store(
+            w_rows, [row[:, None], kk[None, :]], _dot32(tinv, kb).to(w_rows.dtype), extra_mask=valid[:, None]
+        )
+        kg = k * torch.exp2(torch.clamp(g_last[None, :] - gam, max=0.0))
+        hl.store(kg_rows, [row[:, None], kk[None, :]], kg.to(kg_rows.dtype), extra_mask=valid[:, None])
+        q = hl.load(q_rows, [qk_row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
+        if use_l2norm:
+            q = q * torch.rsqrt((q * q).sum(1) + 1e-6)[:, None]
+        hl.store(qg_rows, [row[:, None], kk[None, :]], (q * eg * scale).to(qg_rows.dtype),
+                 extra_mask=valid[:, None])  # fmt: skip
+        # U = Tinv diag(beta) v, written over v (each V tile is read before it is written)
         for tile_v in hl.tile(V, block_size=block_v):
-            _apply_u(inv_t, start, end, tile_h.id, HV, beta_rows, beta_is_raw, v_rows, tile_v.index[None, :])
+            vt = hl.load(v_rows, [row[:, None], tile_v.index[None, :]], extra_mask=valid[:, None]).float()
+            u = _dot32(tinv, (vt * beta[:, None]).to(torch.bfloat16))
+            hl.store(
+                v_rows, [row[:, None], tile_v.index[None, :]], u.to(v_rows.dtype), extra_mask=valid[:, None]
+            )
     return w_rows
 
 
@@ -456,8 +487,9 @@ def _chunk_output_fn(
 # Fixed configs (no runtime autotuning). block_sizes: intra = [U tile], state/output = [V tile].
 DEFAULT_CONFIGS: dict[str, dict] = {
     # block_sizes in trace order: [sequence-search tile, then the kernel's own tile]
-    "gate": {"block_sizes": [32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
-    "intra": {"block_sizes": [32, 64], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
+    "gate": {"block_sizes": [32], "num_warps": 8, "num_stages": 1, "indexing": "pointer"},
+    "intra": {"block_sizes": [32], "num_warps": 8, "num_stages": 1, "indexing": "pointer"},
+    "recompute": {"block_sizes": [32, 64], "num_warps": 8, "num_stages": 1, "indexing": "pointer"},
     "state": {"block_sizes": [16], "num_warps": 4, "num_stages": 3, "indexing": "pointer"},
     "output": {"block_sizes": [32, 32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
 }
@@ -467,6 +499,7 @@ DEFAULT_FUSE_OUTPUT = True
 _FNS = {
     "gate": _gate_cumsum_fn,
     "intra": _intra_chunk_fn,
+    "recompute": _recompute_fn,
     "state": _state_pass_fn,
     "output": _chunk_output_fn,
 }
@@ -653,14 +686,16 @@ def chunk_kda(
         float(lower_bound if lower_bound is not None else 0.0), gate_mode, has_bias, HV,
     )  # fmt: skip
 
+    aqk = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
+    tinv = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
+    flags = (float(scale), bool(use_qk_l2norm_in_kernel), bool(beta_is_raw), HV, HV // H)
+    _kernels["intra"](q_rows, k_rows, gcum, gcum.view(-1), beta_rows, cu, ends, aqk, tinv, decay, *flags)
     w = torch.empty(total * HV, K, dtype=act, device=dev)
     kg = torch.empty_like(w)
     qg = torch.empty_like(w)
-    aqk = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
-    _kernels["intra"](
-        q_rows, k_rows, v_rows, gcum, gcum.view(-1), beta_rows, cu, ends,
-        w, kg, qg, aqk, decay, float(scale), bool(use_qk_l2norm_in_kernel), bool(beta_is_raw), HV, HV // H,
-    )  # fmt: skip
+    _kernels["recompute"](
+        q_rows, k_rows, v_rows, gcum, gcum.view(-1), beta_rows, cu, ends, tinv, w, kg, qg, decay, *flags
+    )
 
     fuse = _fuse_output and not output_intermediate_states
     need_h = output_intermediate_states or not fuse
