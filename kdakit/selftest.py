@@ -5,6 +5,8 @@ Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
   and torch was built for the pinned CUDA;
 - SGLang's Helion KDA backend resolves to the kernels the arm asks for (`helion`: kdakit's,
   `helion-upstream`: SGLang's own Helion kernels, `triton`: SGLang's Triton adapter is importable);
+- tuned kernel configs shipped for this GPU's SKU: listed, and FAIL where their kernel source hash or
+  helion/triton/torch versions differ from what is installed (they would not be used);
 - with a GPU: a quick numerical parity of each Helion KDA kernel the arm runs against SGLang's Triton
   kernel for the same phase. Without a GPU these rows are SKIP.
 Exit code 1 when any check fails.
@@ -188,12 +190,69 @@ def gpu_checks(arm: str, facts: dict) -> list[Check]:
     return [Check(n, status, detail) for n, (status, detail) in zip(names, results, strict=True)]
 
 
+def config_checks(arm: str, facts: dict, environ: dict | None = None) -> list[Check]:
+    """Tuned kernel configs: one row per shipped file for this GPU's SKU (PASS: used at run time, FAIL: stale,
+    its kernel source or versions differ from what is installed). Without a GPU, every shipped SKU's files are
+    checked for staleness; with none shipped for the GPU, one SKIP row says the defaults run."""
+    name = "tuned kernel configs"
+    if arm == "triton":
+        return [Check(name, SKIP, "arm triton runs no kdakit kernel")]
+    environ = os.environ if environ is None else environ
+    try:
+        from kdakit.kernels import tuned
+    except ImportError as exc:
+        return [Check(name, SKIP, f"kdakit's kernels are not installed here ({exc})")]
+    gpu = facts.get("gpu_name") if facts.get("gpu") else None
+    sku = environ.get(tuned.ENV_SKU) or (tuned.sku_of(gpu) if gpu else None)
+    directory = tuned.config_dir()
+    shipped = tuned.shipped_skus(directory)
+    ignored = environ.get(tuned.ENV_MODE) == "default"
+    checks = []
+    if sku is not None and sku not in shipped:
+        checks.append(
+            Check(
+                name,
+                SKIP,
+                f"none shipped for {sku} in {directory}: kdakit's decode/verify run their default configs "
+                f"(tune on this GPU: kdakit kernels autotune --sku {sku}, or make autotune SKU={sku})",
+            )
+        )
+    elif sku is None and not shipped:
+        checks.append(Check(name, SKIP, f"no GPU here and no configs shipped in {directory}"))
+    for each in [sku] if sku is not None else shipped:
+        try:
+            rows = tuned.inventory(each, directory)
+        except ImportError as exc:
+            return [*checks, Check(name, SKIP, f"cannot hash kdakit's kernels here ({exc})")]
+        for row in rows:
+            label = f"config {each}/{os.path.basename(row['path'])}"
+            if row["problems"]:
+                detail = "; ".join(row["problems"]) + " -> not used, the default config runs"
+                checks.append(Check(label, FAIL, detail))
+                continue
+            t = row.get("tuning", {})
+            timing = ""
+            if "default_per_call_us" in t:
+                timing = (
+                    f": {t.get('chosen')} config, {t.get('autotuned_per_call_us')} us tuned vs "
+                    f"{t.get('default_per_call_us')} us default"
+                )
+            use = (
+                "ignored (KDAKIT_KERNEL_CONFIGS=default)"
+                if ignored
+                else ("active" if each == sku else "valid (no GPU to select it)")
+            )
+            checks.append(Check(label, PASS, f"{use}{timing}"))
+    return checks
+
+
 def run_checks(arm: str) -> tuple[list[Check], dict]:
     pinned = pins.load()
     facts = torch_facts()
     checks = check_packages(pinned)
     checks.append(check_torch_cuda(pinned, facts))
     checks += check_arm(arm)
+    checks += config_checks(arm, facts)
     checks += gpu_checks(arm, facts)
     return checks, facts
 

@@ -1,0 +1,420 @@
+"""Per-SKU tuned kernel configs on CPU: the file format, bucket lookup, run-time selection and its single
+fallback warning, stale-config rejection, the selftest rows, `kdakit kernels autotune` without a GPU, and
+(under TRITON_INTERPRET) that a shipped config is the one the kernels actually run with."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import helion
+import pytest
+import torch
+from kdakit.kernels import autotune, tuned
+from kdakit.kernels import decode as kd
+from kdakit.kernels import verify as kv
+from kdakit.kernels.reference import packed_decode_reference, verify_reference
+from kdakit.kernels.testing import decode_case, interpreter, verify_case
+from kdakit.kernels.tuned import Bucket, KernelConfigWarning, TunedConfig
+
+from kdakit import selftest
+from kdakit.cli import main
+
+SKU = "testgpu"
+SMALL = Bucket(2, 4, 32, 32, "fp32", 4)  # decode/verify at B = 3 or 4 with H = 2, HV = 4, K = V = 32
+
+
+@pytest.fixture(autouse=True)
+def _fresh_selection(monkeypatch, tmp_path):
+    """Every test selects against its own config folder and SKU, from a clean cache."""
+    monkeypatch.setenv(tuned.ENV_SKU, SKU)
+    monkeypatch.setenv(tuned.ENV_DIR, str(tmp_path / "configs"))
+    monkeypatch.delenv(tuned.ENV_MODE, raising=False)
+    monkeypatch.setattr(tuned, "_mode", None)
+    monkeypatch.setattr(kd, "_EXPLICIT", set())
+    monkeypatch.setattr(kv, "_EXPLICIT", set())
+    tuned.reset()
+    yield
+    tuned.reset()
+
+
+def _record(kernel="decode", bucket=SMALL, config=None, **override) -> TunedConfig:
+    fields = {
+        "kernel": kernel,
+        "sku": SKU,
+        "gpu_name": "NVIDIA TestGPU",
+        "bucket": bucket,
+        "config": config or {"block_sizes": [4], "num_warps": 1, "num_stages": 1, "indexing": "pointer"},
+        "source_sha256": tuned.source_sha256(kernel),
+        "versions": tuned.installed_versions(),
+        "tuning": {"chosen": "autotuned", "default_per_call_us": 10.0, "autotuned_per_call_us": 8.0},
+    }
+    fields.update(override)
+    return TunedConfig(**fields)
+
+
+def _warnings_of(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn()
+    return result, [w for w in caught if issubclass(w.category, KernelConfigWarning)]
+
+
+# ------------------------------------------------------------------------------------- files and buckets
+def test_config_file_round_trip_is_atomic_and_named_after_kernel_and_bucket(tmp_path):
+    record = _record()
+    path = tuned.write_file(record, tmp_path)
+    assert path == tmp_path / SKU / "decode-h2-hv4-k32-v32-fp32-b4.json"
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind
+    loaded = tuned.load_file(path)
+    assert loaded == record
+    assert loaded.helion_config() == helion.Config(**record.config)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.update(schema="kdakit.kernel-config.v0"), "schema"),
+        (lambda d: d.pop("source_sha256"), "missing fields: source_sha256"),
+        (lambda d: d.update(extra=1), "unknown fields: extra"),
+        (lambda d: d.update(kernel="prefill"), "unknown kernel"),
+        (lambda d: d.update(source_sha256="abc"), "64 hex"),
+        (lambda d: d["versions"].pop("triton"), "helion, triton and torch"),
+        (lambda d: d["bucket"].update(batch=3), "bucket.batch"),
+        (lambda d: d["bucket"].update(state_dtype="fp8"), "state_dtype"),
+        (lambda d: d["bucket"].update(heads=3), "multiple"),
+        (lambda d: d["config"].update(block_sizes=[0]), "block_sizes"),
+        (lambda d: d["config"].update(num_warps=3), "num_warps"),
+    ],
+)
+def test_invalid_config_files_are_rejected_with_the_reason(tmp_path, mutate, message):
+    data = _record().to_dict()
+    mutate(data)
+    with pytest.raises(tuned.ConfigFileError, match=message):
+        tuned.parse(data)
+    path = tmp_path / tuned.file_name("decode", SMALL)
+    path.write_text(json.dumps(data))
+    with pytest.raises(tuned.ConfigFileError, match=str(path.name)):
+        tuned.load_file(path)
+
+
+def test_a_renamed_file_is_rejected(tmp_path):
+    path = tuned.write_file(_record(), tmp_path)
+    moved = path.with_name("decode-h2-hv4-k32-v32-fp32-b8.json")
+    path.rename(moved)
+    with pytest.raises(tuned.ConfigFileError, match="named decode-h2-hv4-k32-v32-fp32-b4.json"):
+        tuned.load_file(moved)
+
+
+@pytest.mark.parametrize(
+    ("batch", "bucket"), [(1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 24), (33, 40), (48, 48), (200, 48)]
+)
+def test_batches_map_to_the_cuda_graph_bucket_at_or_above_them(batch, bucket):
+    assert tuned.batch_bucket(batch) == bucket
+
+
+def test_batch_zero_has_no_bucket():
+    with pytest.raises(ValueError):
+        tuned.batch_bucket(0)
+
+
+@pytest.mark.parametrize(
+    ("name", "sku"),
+    [
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H200 NVL", "h200-nvl"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA GB200", "gb200"),
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA GeForce RTX 4090", "geforce-rtx-4090"),
+    ],
+)
+def test_gpu_names_map_to_sku_folders(name, sku):
+    assert tuned.sku_of(name) == sku
+
+
+# -------------------------------------------------------------------------------------------- selection
+DEFAULT = helion.Config(block_sizes=[16], num_warps=1)
+
+
+def test_a_missing_config_falls_back_with_exactly_one_warning_per_bucket_naming_the_command():
+    def calls():
+        return [tuned.select("decode", SMALL, DEFAULT) for _ in range(3)]
+
+    chosen, caught = _warnings_of(calls)
+    assert chosen == [DEFAULT] * 3
+    assert len(caught) == 1
+    text = str(caught[0].message)
+    assert "kdakit kernels autotune --sku testgpu --kernels decode --heads 4 --batches 4" in text
+    assert SMALL.slug() in text
+    other = SMALL._replace(batch=8)
+    _, caught = _warnings_of(lambda: [tuned.select("decode", other, DEFAULT) for _ in range(2)])
+    assert len(caught) == 1  # a new bucket warns once more
+    assert {r["source"] for r in tuned.active()} == {"default"}
+
+
+def test_a_shipped_valid_config_is_selected_silently(tmp_path):
+    path = tuned.write_file(_record(), tuned.config_dir())
+    chosen, caught = _warnings_of(lambda: tuned.select("decode", SMALL, DEFAULT))
+    assert caught == []
+    assert chosen == helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
+    assert tuned.active() == [
+        {"kernel": "decode", "bucket": SMALL.slug(), "source": "shipped", "path": str(path),
+         "reason": "tuned on NVIDIA TestGPU"}
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        ({"source_sha256": "0" * 64}, "kernel source changed"),
+        ({"versions": {**tuned.installed_versions(), "triton": "3.7.0"}}, "tuned with triton 3.7.0"),
+        ({"versions": {**tuned.installed_versions(), "helion": "1.3.0"}}, "tuned with helion 1.3.0"),
+        ({"versions": {**tuned.installed_versions(), "torch": "2.13.0+cu130"}}, "tuned with torch 2.13.0"),
+    ],
+)
+def test_a_stale_config_is_not_used_and_warns_once(override, reason):
+    tuned.write_file(_record(**override), tuned.config_dir())
+    chosen, caught = _warnings_of(lambda: [tuned.select("decode", SMALL, DEFAULT) for _ in range(2)])
+    assert chosen == [DEFAULT, DEFAULT]
+    assert len(caught) == 1 and reason in str(caught[0].message)
+    assert tuned.active()[0]["source"] == "default" and reason in tuned.active()[0]["reason"]
+
+
+def test_torch_local_label_alone_does_not_make_a_config_stale():
+    versions = tuned.installed_versions()
+    base = versions["torch"].split("+")[0]
+    tuned.write_file(_record(versions={**versions, "torch": base + "+cu999"}), tuned.config_dir())
+    chosen, caught = _warnings_of(lambda: tuned.select("decode", SMALL, DEFAULT))
+    assert caught == [] and chosen != DEFAULT
+
+
+def test_a_file_in_another_skus_folder_is_not_used():
+    tuned.write_file(_record(sku="othergpu"), tuned.config_dir())
+    (tuned.config_dir() / "othergpu").rename(tuned.config_dir() / SKU)
+    chosen, caught = _warnings_of(lambda: tuned.select("decode", SMALL, DEFAULT))
+    assert chosen == DEFAULT and len(caught) == 1
+
+
+def test_default_mode_ignores_shipped_configs_without_warning(monkeypatch):
+    tuned.write_file(_record(), tuned.config_dir())
+    monkeypatch.setenv(tuned.ENV_MODE, "default")
+    chosen, caught = _warnings_of(lambda: tuned.select("decode", SMALL, DEFAULT))
+    assert chosen == DEFAULT and caught == []
+    monkeypatch.delenv(tuned.ENV_MODE)
+    tuned.set_mode("shipped")
+    assert tuned.select("decode", SMALL, DEFAULT) != DEFAULT
+
+
+def test_cpu_tensors_without_a_named_sku_run_the_default_silently(monkeypatch):
+    monkeypatch.delenv(tuned.ENV_SKU)
+    tuned.write_file(_record(), tuned.config_dir())
+    chosen, caught = _warnings_of(lambda: tuned.select("decode", SMALL, DEFAULT, torch.device("cpu")))
+    assert chosen == DEFAULT and caught == []
+
+
+def test_set_decode_config_wins_over_a_shipped_config():
+    tuned.write_file(_record(), tuned.config_dir())
+    state = torch.zeros(8, 4, 32, 32)
+    assert (
+        kd._config_for(state, 3, 2, 4, 32, 32)
+        == tuned.load_file(tuned.config_dir() / SKU / tuned.file_name("decode", SMALL)).helion_config()
+    )
+    explicit = helion.Config(block_sizes=[32], num_warps=2)
+    kd.set_decode_config("fp32", explicit)
+    try:
+        assert kd._config_for(state, 3, 2, 4, 32, 32) == explicit
+    finally:
+        kd.DECODE_CONFIGS["fp32"] = kd._config(8, 2)
+    assert tuned.active()[0]["source"] == "explicit"
+
+
+# ------------------------------------------------------------------ the kernels run the selected config
+@pytest.fixture
+def interp():
+    with interpreter():
+        yield
+
+
+def test_decode_runs_the_shipped_config_correctly(interp, monkeypatch):
+    """A shipped config with a block size unlike the default's (4 vs 8) is what the kernel is built with, its
+    results match the fp64 reference, and it is reported as active."""
+    shipped = {"block_sizes": [4], "num_warps": 1, "num_stages": 1, "indexing": "pointer", "pid_type": "flat"}
+    tuned.write_file(_record(config=shipped), tuned.config_dir())
+    built = []
+    real = kd.make_decode_kernel
+    monkeypatch.setattr(kd, "make_decode_kernel", lambda cfg: built.append(cfg) or real(cfg))
+    case = decode_case(3, 2, 4, 32, 32, 6, indices=[4, -1, 1])
+    pool = case["initial_state"].clone()
+    ref_out, ref_pool = packed_decode_reference(
+        case["mixed_qkv"], case["a"], case["b"], case["A_log"], case["dt_bias"], 32**-0.5, pool,
+        case["ssm_state_indices"], True, -5.0,
+    )  # fmt: skip
+    (out, state), caught = _warnings_of(
+        lambda: kd.helion_fused_recurrent_kda_packed_decode(
+            **case, scale=32**-0.5, use_qk_l2norm_in_kernel=True, lower_bound=-5.0
+        )
+    )
+    assert caught == []
+    assert built == [helion.Config(**shipped)] and built[0] != kd.DECODE_CONFIGS["fp32"]
+    assert torch.allclose(out.double(), ref_out, atol=2e-2, rtol=2e-2)
+    assert torch.allclose(state.double(), ref_pool, atol=1e-4, rtol=1e-4)
+    assert [r["source"] for r in tuned.active()] == ["shipped"]
+
+
+def test_decode_without_a_config_warns_once_per_bucket_and_runs_the_default(interp):
+    case = decode_case(3, 2, 4, 32, 32, 6, indices=[0, 1, 2])
+    one = decode_case(1, 2, 4, 32, 32, 6, indices=[3])
+
+    def calls():
+        for c in (case, case, one):
+            kd.helion_fused_recurrent_kda_packed_decode(**c, scale=32**-0.5, lower_bound=-5.0)
+
+    _, caught = _warnings_of(calls)
+    assert len(caught) == 2  # bucket b4 once (two calls), bucket b1 once
+    assert "b4" in str(caught[0].message) and "b1 " in str(caught[1].message)
+
+
+def test_verify_runs_the_shipped_chain_config_correctly(interp, monkeypatch):
+    shipped = {"block_sizes": [8], "num_warps": 2, "num_stages": 1, "indexing": "pointer"}
+    bucket = SMALL._replace(batch=2)
+    tuned.write_file(_record(kernel="verify-chain", bucket=bucket, config=shipped), tuned.config_dir())
+    built = []
+    real = kv.make_verify_kernel
+    monkeypatch.setattr(kv, "make_verify_kernel", lambda cfg: built.append(cfg) or real(cfg))
+    case = verify_case([3, 2], 2, 4, 32, 32, 4, cache_indices=[3, 1], rows=[1, 0], num_rows=2)
+    ref_out, ref_snaps = verify_reference(
+        case["q"], case["k"], case["v"], case["a"], case["b"], case["A_log"], case["dt_bias"],
+        case["ssm_states"], case["cache_indices"], case["query_start_loc"],
+        case["intermediate_states_buffer"], case["intermediate_state_indices"], None, -5.0,
+    )  # fmt: skip
+    out, caught = _warnings_of(lambda: kv.helion_kda_verify(**case, lower_bound=-5.0))
+    assert caught == []
+    assert built == [helion.Config(**shipped)]
+    assert torch.allclose(out.double(), ref_out, atol=2e-2, rtol=2e-2)
+    snaps = case["intermediate_states_buffer"].double()
+    assert torch.allclose(snaps[1, :3], ref_snaps[1, :3], atol=1e-4, rtol=1e-4)
+    assert torch.allclose(snaps[0, :2], ref_snaps[0, :2], atol=1e-4, rtol=1e-4)
+    assert tuned.active()[0]["kernel"] == "verify-chain" and tuned.active()[0]["source"] == "shipped"
+
+
+# ---------------------------------------------------------------------- the autotune job's CPU-testable part
+@pytest.mark.parametrize("kernel", ["decode", "verify-chain"])
+def test_an_autotune_job_checks_times_and_writes_the_faster_config(interp, tmp_path, kernel):
+    """The job pipeline on CPU with Helion's search and the CUDA-graph timer replaced: it runs both configs on
+    the same inputs, times both, and writes the faster one with both times and the installed versions."""
+    searched = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
+    times = iter([10.0, 7.5])  # default, autotuned
+    timed_calls = []
+
+    def fake_time(run, sets):
+        for s in sets:
+            run(s)
+        timed_calls.append(len(sets))
+        return next(times)
+
+    job = autotune.Job(kernel, Bucket(2, 2, 32, 32, "fp32", 2))
+    result = autotune.run_job(
+        job, sku=SKU, gpu_name="NVIDIA TestGPU", out_dir=tmp_path, budget_s=5, effort="quick", device="cpu",
+        pool_slots=8, autotune=lambda fn, args, budget, effort: searched,
+        time_us=fake_time,
+        slot_sets=lambda batch, pool, device: [torch.tensor([1, 5], dtype=torch.int32),
+                                               torch.tensor([6, 2], dtype=torch.int32)],
+    )  # fmt: skip
+    assert result.error is None, result.error
+    assert timed_calls == [2, 2]
+    assert (result.default_us, result.tuned_us, result.chosen) == (10.0, 7.5, "autotuned")
+    loaded = tuned.load_file(result.path)
+    assert loaded.helion_config() == searched
+    assert loaded.source_sha256 == tuned.source_sha256(kernel)
+    assert loaded.versions == tuned.installed_versions()
+    assert loaded.tuning["default_per_call_us"] == 10.0 and loaded.tuning["budget_seconds"] == 5
+
+
+def test_an_autotune_job_whose_search_fails_writes_nothing(tmp_path):
+    def broken(*_):
+        raise RuntimeError("no candidate compiled")
+
+    job = autotune.Job("decode", Bucket(2, 2, 32, 32, "fp32", 2))
+    result = autotune.run_job(
+        job, sku=SKU, gpu_name="x", out_dir=tmp_path, budget_s=5, effort="quick", device="cpu", pool_slots=8,
+        autotune=broken,
+    )  # fmt: skip
+    assert "no candidate compiled" in result.error and result.path is None
+    assert not any(tmp_path.rglob("*.json"))
+
+
+# ------------------------------------------------------------------------------------------------ selftest
+def test_selftest_lists_active_configs_and_fails_stale_ones():
+    tuned.write_file(_record(), tuned.config_dir())
+    stale = _record(bucket=SMALL._replace(batch=8), source_sha256="1" * 64)
+    tuned.write_file(stale, tuned.config_dir())
+    rows = {c.name: c for c in selftest.config_checks("helion", {"gpu": False})}
+    good = rows[f"config {SKU}/decode-h2-hv4-k32-v32-fp32-b4.json"]
+    bad = rows[f"config {SKU}/decode-h2-hv4-k32-v32-fp32-b8.json"]
+    assert (
+        good.status == "PASS" and "active" in good.detail and "8.0 us tuned vs 10.0 us default" in good.detail
+    )
+    assert bad.status == "FAIL" and "kernel source changed" in bad.detail
+
+
+def test_selftest_skips_with_the_tune_command_when_none_are_shipped_for_the_gpu(monkeypatch):
+    monkeypatch.delenv(tuned.ENV_SKU)
+    checks = selftest.config_checks("helion", {"gpu": True, "gpu_name": "NVIDIA H200"})
+    assert [(c.name, c.status) for c in checks] == [("tuned kernel configs", "SKIP")]
+    assert "make autotune SKU=h200" in checks[0].detail
+
+
+def test_selftest_without_a_gpu_checks_every_shipped_sku(monkeypatch):
+    monkeypatch.delenv(tuned.ENV_SKU)
+    tuned.write_file(_record(source_sha256="2" * 64), tuned.config_dir())
+    checks = selftest.config_checks("helion", {"gpu": False})
+    assert [c.status for c in checks] == ["FAIL"] and checks[0].name.startswith(f"config {SKU}/")
+
+
+# -------------------------------------------------------------------------------------------------- the CLI
+def test_autotune_refuses_without_a_gpu(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: this checks the no-GPU refusal")
+    assert main(["kernels", "autotune", "--sku", "h200", "--out", "unused"]) == 2
+    assert "no CUDA GPU visible" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--batches", "3"], "not batch buckets"),
+        (["--batches", "x"], "comma-separated integers"),
+        (["--kernels", "prefill"], "unknown kernel 'prefill'"),
+        (["--heads", "0"], "positive integers"),
+        (["--budget-seconds", "0"], "--budget-seconds must be >= 1"),
+    ],
+)
+def test_autotune_rejects_bad_options(capsys, argv, message):
+    assert main(["kernels", "autotune", "--sku", "h200", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_autotune_rejects_a_bad_sku_name(capsys):
+    assert main(["kernels", "autotune", "--sku", "../h200"]) == 2
+    assert "lower-case SKU name" in capsys.readouterr().err
+
+
+def test_autotune_dry_run_prints_the_plan_and_budget(capsys, tmp_path):
+    argv = [
+        "kernels",
+        "autotune",
+        "--sku",
+        "h200",
+        "--out",
+        str(tmp_path),
+        "--budget-seconds",
+        "30",
+        "--dry-run",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "36 kernel/bucket tunes x 30 s search budget" in out and "up to 18 min" in out
+    assert str(tmp_path / "h200" / "decode-h16-hv16-k128-v128-fp32-b48.json") in out
+    assert str(tmp_path / "h200" / "verify-chain-h8-hv8-k128-v128-fp32-b1.json") in out
+    assert not any(tmp_path.iterdir())
