@@ -4,12 +4,13 @@ KERNELS_RESULTS ?= results
 KERNELS_RUN_ID ?=
 KERNELS_PHASES ?= prefill,decode,verify
 KERNELS_UPSTREAM ?= auto
+KERNELS_CONFIGS ?= shipped
 
 .PHONY: kernels-bench kernels-fetch-upstream kernels-patch-check
 
-kernels-bench: ## Time SGLang's Triton/Helion KDA kernels vs kdakit's on one GPU; prints the PR's table, writes JSON. Vars: KERNELS_PHASES=prefill,decode,verify KERNELS_RESULTS=results KERNELS_RUN_ID= KERNELS_UPSTREAM=auto|installed|extracted
+kernels-bench: ## Time SGLang's Triton/Helion KDA kernels vs kdakit's on one GPU; prints the PR's table, writes JSON. Vars: KERNELS_PHASES=prefill,decode,verify KERNELS_RESULTS=results KERNELS_RUN_ID= KERNELS_UPSTREAM=auto|installed|extracted KERNELS_CONFIGS=shipped|default
 	$(KDAKIT) kernels bench --phases $(KERNELS_PHASES) --results-dir $(KERNELS_RESULTS) \
-	  --upstream $(KERNELS_UPSTREAM) $(if $(KERNELS_RUN_ID),--run-id $(KERNELS_RUN_ID))
+	  --upstream $(KERNELS_UPSTREAM) --configs $(KERNELS_CONFIGS) $(if $(KERNELS_RUN_ID),--run-id $(KERNELS_RUN_ID))
 
 kernels-fetch-upstream: ## Extract SGLang's KDA kernel modules from the pinned wheel (pip download if missing) into ~/.cache/kdakit
 	$(KDAKIT) kernels fetch-upstream

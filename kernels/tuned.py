@@ -21,8 +21,10 @@ runs silently unless KDAKIT_KERNEL_SKU names one.
 Environment: KDAKIT_KERNEL_SKU (override the SKU derived from the GPU name), KDAKIT_KERNEL_CONFIG_DIR (read
 configs from another folder), KDAKIT_KERNEL_CONFIGS=default (ignore shipped configs, e.g. to compare).
 
-A new kernel opts in by adding its kernel function to KERNEL_FUNCTIONS and calling `select(...)` with its
-default config where it builds its kernel (see decode.py's `_config_for`).
+A new kernel (prefill) opts in with a few lines: an entry in KERNEL_FUNCTIONS (and SIZE_BUCKETS if it is not
+bucketed by batch), and `tuned.select(name, Bucket(...), DEFAULT_CONFIG, device)` where it builds its Helion
+kernel (see decode.py's `_config_for`); `kdakit kernels autotune` then needs an input builder for it
+(`autotune.problem_for`) and a `--kernels` name in KERNEL_GROUPS.
 """
 
 from __future__ import annotations
@@ -56,6 +58,15 @@ KERNEL_FUNCTIONS = {
     "verify-chain": "kdakit.kernels.verify:_verify",
     "verify-tree": "kdakit.kernels.verify:_verify",
 }
+# The leading size a kernel is bucketed by (decode/verify: requests at SGLang's CUDA graph batch sizes). A
+# kernel bucketed otherwise (prefill: total tokens) registers its own sizes here.
+SIZE_BUCKETS: dict[str, tuple[int, ...]] = {}
+
+
+def size_buckets(kernel: str) -> tuple[int, ...]:
+    return SIZE_BUCKETS.get(kernel, BATCH_BUCKETS)
+
+
 # `--kernels` names of `kdakit kernels autotune` -> kernel names
 KERNEL_GROUPS = {"decode": ("decode",), "verify": ("verify-chain",), "verify-tree": ("verify-tree",)}
 
@@ -86,11 +97,12 @@ def sku_of(gpu_name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.removeprefix("nvidia ")).strip("-") or "unknown"
 
 
-def batch_bucket(batch: int) -> int:
+def batch_bucket(batch: int, buckets: tuple[int, ...] = BATCH_BUCKETS) -> int:
+    """The smallest bucket >= batch; the largest bucket for anything above it."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1 (got {batch})")
-    i = bisect.bisect_left(BATCH_BUCKETS, batch)
-    return BATCH_BUCKETS[min(i, len(BATCH_BUCKETS) - 1)]
+    i = bisect.bisect_left(buckets, batch)
+    return buckets[min(i, len(buckets) - 1)]
 
 
 def dtype_name(dtype) -> str:
@@ -168,7 +180,8 @@ def parse(data: Any) -> TunedConfig:
     for name in ("heads", "value_heads", "k", "v", "batch"):
         _require(isinstance(b[name], int) and b[name] >= 1, f"bucket.{name} must be a positive integer")
     _require(b["state_dtype"] in STATE_DTYPES, f"bucket.state_dtype must be one of {STATE_DTYPES}")
-    _require(b["batch"] in BATCH_BUCKETS, f"bucket.batch must be one of {BATCH_BUCKETS}")
+    sizes = size_buckets(data["kernel"])
+    _require(b["batch"] in sizes, f"bucket.batch must be one of {sizes}")
     _require(b["value_heads"] % b["heads"] == 0, "bucket.value_heads must be a multiple of bucket.heads")
     cfg = data["config"]
     _require(isinstance(cfg, dict) and cfg, "`config` must be a non-empty object")

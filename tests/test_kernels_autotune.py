@@ -418,3 +418,13 @@ def test_autotune_dry_run_prints_the_plan_and_budget(capsys, tmp_path):
     assert str(tmp_path / "h200" / "decode-h16-hv16-k128-v128-fp32-b48.json") in out
     assert str(tmp_path / "h200" / "verify-chain-h8-hv8-k128-v128-fp32-b1.json") in out
     assert not any(tmp_path.iterdir())
+
+
+def test_a_kernel_bucketed_by_tokens_registers_its_own_sizes(monkeypatch):
+    """How prefill opts in: its own size buckets validate and look up like the batch buckets do."""
+    monkeypatch.setitem(tuned.SIZE_BUCKETS, "decode", (1024, 4096, 8192))
+    assert tuned.batch_bucket(5000, tuned.size_buckets("decode")) == 8192
+    tuned.write_file(_record(bucket=SMALL._replace(batch=4096)), tuned.config_dir())
+    with pytest.raises(tuned.ConfigFileError, match="bucket.batch"):
+        tuned.parse(_record().to_dict())  # batch 4 is not one of this kernel's sizes
+    assert tuned.select("decode", SMALL._replace(batch=4096), DEFAULT) != DEFAULT
