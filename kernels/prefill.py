@@ -140,15 +140,15 @@ def _acc(blocks: dict, key, value):
     return value if key not in blocks else blocks[key] + value
 
 
-def _load_unit(x_rows, qk_row, valid, kk, rnorm):
-    """[16, K] fp32 rows of q or k, scaled by their precomputed inverse L2 norms (or 1)."""
-    x = hl.load(x_rows, [qk_row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
+def _load_unit(x_tok, token, valid, cols, rnorm):
+    """[16, len(cols)] fp32 rows of q or k, scaled by their precomputed inverse L2 norms (or 1)."""
+    x = hl.load(x_tok, [token[:, None], cols[None, :]], extra_mask=valid[:, None]).float()
     return x * rnorm[:, None]
 
 
-def _inv_norm(x_rows, qk_row, valid, kk, use_l2norm):
+def _inv_norm(x_tok, token, valid, cols, use_l2norm):
     """1/sqrt(sum x^2 + 1e-6) per row (ones without the L2 norm), computed once per 16-row block."""
-    x = hl.load(x_rows, [qk_row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
+    x = hl.load(x_tok, [token[:, None], cols[None, :]], extra_mask=valid[:, None]).float()
     if use_l2norm:
         return torch.rsqrt((x * x).sum(1) + 1e-6)
     return torch.where(valid, 1.0, 1.0)
@@ -161,11 +161,10 @@ def _intra_blocks(
     """L and Aqk of one (chunk, value head) from 16x16 blocks, then Tinv = (I + L)^-1; stores Aqk, Tinv."""
     kk = hl.arange(K)
     lane = hl.arange(16)
-    H = HV // GROUP
     tokens = [start + i * 16 + lane for i in range(4)]
     masks = [t < end for t in tokens]
     rows = [t * HV + hv for t in tokens]
-    qk_rows = [t * H + hv // GROUP for t in tokens]
+    qk_col0 = (hv // GROUP) * K  # q/k head columns within a token row
     betas = []
     for i in range(4):
         b = hl.load(beta_rows, [rows[i]], extra_mask=masks[i]).float()
@@ -174,8 +173,8 @@ def _intra_blocks(
         betas.append(torch.where(masks[i], b, 0.0))
     strict = lane[:, None] > lane[None, :]
     causal = lane[:, None] >= lane[None, :]
-    rn_k = [_inv_norm(k_rows, qk_rows[i], masks[i], kk, use_l2norm) for i in range(4)]
-    rn_q = [_inv_norm(q_rows, qk_rows[i], masks[i], kk, use_l2norm) for i in range(4)]
+    rn_k = [_inv_norm(k_rows, tokens[i], masks[i], qk_col0 + kk, use_l2norm) for i in range(4)]
+    rn_q = [_inv_norm(q_rows, tokens[i], masks[i], qk_col0 + kk, use_l2norm) for i in range(4)]
 
     def anchor(token, cols):
         # an in-bounds row of this chunk (padding chunks: never stored, any finite value will do)
@@ -197,8 +196,8 @@ def _intra_blocks(
         # full-K operands would take most of the register file.
         for ks in range(K // 32):
             cols = ks * 32 + hl.arange(32)
-            ki = _load_unit(k_rows, qk_rows[i], masks[i], cols, rn_k[i])
-            qi = _load_unit(q_rows, qk_rows[i], masks[i], cols, rn_q[i])
+            ki = _load_unit(k_rows, tokens[i], masks[i], qk_col0 + cols, rn_k[i])
+            qi = _load_unit(q_rows, tokens[i], masks[i], qk_col0 + cols, rn_q[i])
             gi = hl.load(gcum_rows, [rows[i][:, None], cols[None, :]], extra_mask=row_mask)
             # diagonal block, factorised around its middle row
             g_mid = anchor(start + i * 16 + 8, cols)
@@ -213,7 +212,7 @@ def _intra_blocks(
                 kl = (ki * left).to(torch.bfloat16)
                 ql = (qi * left).to(torch.bfloat16)
                 for j in range(i):
-                    kj = _load_unit(k_rows, qk_rows[j], masks[j], cols, rn_k[j])
+                    kj = _load_unit(k_rows, tokens[j], masks[j], qk_col0 + cols, rn_k[j])
                     gj = hl.load(gcum_rows, [rows[j][:, None], cols[None, :]], extra_mask=masks[j][:, None])
                     kr = (kj * _exp2c(g_first[None, :] - gj)).to(torch.bfloat16).T
                     akk[j] = _acc(akk, j, _dot32(kl, kr))
@@ -243,8 +242,8 @@ def _intra_blocks(
 
 
 def _intra_chunk_fn(
-    q_rows: torch.Tensor,  # [T*H, K]
-    k_rows: torch.Tensor,  # [T*H, K]
+    q_rows: torch.Tensor,  # [T, H*K] token rows (any row stride)
+    k_rows: torch.Tensor,  # [T, H*K]
     gcum_rows: torch.Tensor,  # [T*HV, K] fp32 log2 cumsum
     gcum_flat: torch.Tensor,  # the same, flat (single-row loads)
     beta_rows: torch.Tensor,  # [T*HV]
@@ -260,7 +259,7 @@ def _intra_chunk_fn(
     GROUP: hl.constexpr,
 ) -> torch.Tensor:
     M = decay_rows.size(0) // HV
-    K = hl.specialize(q_rows.size(1))
+    K = hl.specialize(gcum_rows.size(1))
     hl.specialize((q_rows.stride(0), k_rows.stride(0), gcum_rows.stride(0)))
     for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
         # which sequence and chunk this program owns: count sequences whose chunks all end at or before it
@@ -281,9 +280,9 @@ def _intra_chunk_fn(
 
 
 def _recompute_fn(
-    q_rows: torch.Tensor,  # [T*H, K]
-    k_rows: torch.Tensor,  # [T*H, K]
-    v_rows: torch.Tensor,  # [T*HV, V]  in: v, out: U
+    q_rows: torch.Tensor,  # [T, H*K] token rows (any row stride)
+    k_rows: torch.Tensor,  # [T, H*K]
+    v_rows: torch.Tensor,  # [T, HV*V] in: v, out: U
     gcum_rows: torch.Tensor,  # [T*HV, K] fp32
     gcum_flat: torch.Tensor,
     beta_rows: torch.Tensor,  # [T*HV]
@@ -301,8 +300,8 @@ def _recompute_fn(
     GROUP: hl.constexpr,
 ) -> torch.Tensor:
     M = decay_rows.size(0) // HV
-    K = hl.specialize(q_rows.size(1))
-    V = hl.specialize(v_rows.size(1))
+    K = hl.specialize(gcum_rows.size(1))
+    V = hl.specialize(v_rows.size(1)) // HV
     hl.specialize((q_rows.stride(0), k_rows.stride(0), v_rows.stride(0), gcum_rows.stride(0)))
     block_v = hl.register_block_size(16, V)
     for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
@@ -320,7 +319,7 @@ def _recompute_fn(
         token = start + hl.arange(64)
         valid = token < end
         row = token * HV + hv
-        qk_row = token * (HV // GROUP) + hv // GROUP
+        qk_cols = (hv // GROUP) * K + hl.arange(K)
         kk = hl.arange(K)
         tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
         beta = hl.load(beta_rows, [row], extra_mask=valid).float()
@@ -332,7 +331,7 @@ def _recompute_fn(
         g_last = hl.load(gcum_flat, [(last * HV + hv) * K + kk])
         hl.store(decay_rows, [tile_m.id * HV + hv, kk], torch.exp2(torch.clamp(g_last, max=0.0)))
         gam = hl.load(gcum_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
-        k = hl.load(k_rows, [qk_row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
+        k = hl.load(k_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
         if use_l2norm:
             k = k * torch.rsqrt((k * k).sum(1) + 1e-6)[:, None]
         eg = torch.exp2(torch.clamp(gam, max=0.0))
@@ -342,18 +341,17 @@ def _recompute_fn(
         )
         kg = k * torch.exp2(torch.clamp(g_last[None, :] - gam, max=0.0))
         hl.store(kg_rows, [row[:, None], kk[None, :]], kg.to(kg_rows.dtype), extra_mask=valid[:, None])
-        q = hl.load(q_rows, [qk_row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
+        q = hl.load(q_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
         if use_l2norm:
             q = q * torch.rsqrt((q * q).sum(1) + 1e-6)[:, None]
         hl.store(qg_rows, [row[:, None], kk[None, :]], (q * eg * scale).to(qg_rows.dtype),
                  extra_mask=valid[:, None])  # fmt: skip
         # U = Tinv diag(beta) v, written over v (each V tile is read before it is written)
         for tile_v in hl.tile(V, block_size=block_v):
-            vt = hl.load(v_rows, [row[:, None], tile_v.index[None, :]], extra_mask=valid[:, None]).float()
+            v_cols = hv * V + tile_v.index
+            vt = hl.load(v_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
             u = _dot32(tinv, (vt * beta[:, None]).to(torch.bfloat16))
-            hl.store(
-                v_rows, [row[:, None], tile_v.index[None, :]], u.to(v_rows.dtype), extra_mask=valid[:, None]
-            )
+            hl.store(v_rows, [token[:, None], v_cols[None, :]], u.to(v_rows.dtype), extra_mask=valid[:, None])
     return w_rows
 
 
@@ -364,7 +362,7 @@ def _recompute_fn(
 
 def _state_pass_fn(
     w_rows: torch.Tensor,  # [T*HV, K] bf16
-    u_rows: torch.Tensor,  # [T*HV, V] in: U, out: o (fused) or Vnew
+    u_rows: torch.Tensor,  # [T, HV*V] (v's storage) in: U, out: o (fused) or Vnew
     kg_rows: torch.Tensor,  # [T*HV, K] bf16
     qg_rows: torch.Tensor,  # [T*HV, K] bf16
     aqk_rows: torch.Tensor,  # [T*HV, 64] bf16
@@ -383,7 +381,7 @@ def _state_pass_fn(
 ) -> torch.Tensor:
     N = pool_index.size(0)
     K = hl.specialize(w_rows.size(1))
-    V = hl.specialize(u_rows.size(1))
+    V = hl.specialize(u_rows.size(1)) // HV
     hl.specialize((w_rows.stride(0), u_rows.stride(0), pool_rows.stride(0)))
     block_v = hl.register_block_size(16, V)
     for tile_n, tile_h, tile_v in hl.tile([N, HV, V], block_size=[1, 1, block_v]):
@@ -415,16 +413,17 @@ def _state_pass_fn(
                     hl.store(track_rows, [t_row[None, :], kk[:, None]], state)
             state_b = state.to(torch.bfloat16)
             w = hl.load(w_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
-            u = hl.load(u_rows, [row[:, None], tile_v.index[None, :]], extra_mask=valid[:, None]).float()
+            v_cols = hv * V + tile_v.index
+            u = hl.load(u_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
             v_new = (u - _dot32(w, state_b)).to(torch.bfloat16)
             if fuse_output:
                 qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
                 aqk = hl.load(aqk_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
                 o = _dot32(qg, state_b) + _dot32(aqk, v_new)
-                hl.store(u_rows, [row[:, None], tile_v.index[None, :]], o.to(u_rows.dtype),
+                hl.store(u_rows, [token[:, None], v_cols[None, :]], o.to(u_rows.dtype),
                          extra_mask=valid[:, None])  # fmt: skip
             else:
-                hl.store(u_rows, [row[:, None], tile_v.index[None, :]], v_new.to(u_rows.dtype),
+                hl.store(u_rows, [token[:, None], v_cols[None, :]], v_new.to(u_rows.dtype),
                          extra_mask=valid[:, None])  # fmt: skip
             kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]], extra_mask=valid[None, :])
             decay = hl.load(decay_flat, [(chunk * HV + hv) * K + kk])
@@ -440,7 +439,7 @@ def _state_pass_fn(
 
 
 def _chunk_output_fn(
-    u_rows: torch.Tensor,  # [T*HV, V] in: Vnew, out: o
+    u_rows: torch.Tensor,  # [T, HV*V] (v's storage) in: Vnew, out: o
     qg_rows: torch.Tensor,
     aqk_rows: torch.Tensor,
     h_rows: torch.Tensor,  # [M*HV*V, K] bf16
@@ -451,7 +450,7 @@ def _chunk_output_fn(
 ) -> torch.Tensor:
     M = decay_rows.size(0) // HV
     K = hl.specialize(qg_rows.size(1))
-    V = hl.specialize(u_rows.size(1))
+    V = hl.specialize(u_rows.size(1)) // HV
     hl.specialize((u_rows.stride(0), qg_rows.stride(0)))
     block_v = hl.register_block_size(16, V)
     for tile_m, tile_h, tile_v in hl.tile([M, HV, V], block_size=[1, 1, block_v]):
@@ -474,9 +473,10 @@ def _chunk_output_fn(
         h_row = (tile_m.id * HV + hv) * V + tile_v.index
         h = hl.load(h_rows, [h_row[:, None], kk[None, :]])
         aqk = hl.load(aqk_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
-        v_new = hl.load(u_rows, [row[:, None], tile_v.index[None, :]], extra_mask=valid[:, None])
+        v_cols = hv * V + tile_v.index
+        v_new = hl.load(u_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None])
         o = _dot32(qg, h.T) + _dot32(aqk, v_new.to(torch.bfloat16))
-        hl.store(u_rows, [row[:, None], tile_v.index[None, :]], o.to(u_rows.dtype), extra_mask=valid[:, None])
+        hl.store(u_rows, [token[:, None], v_cols[None, :]], o.to(u_rows.dtype), extra_mask=valid[:, None])
     return u_rows
 
 
@@ -661,10 +661,16 @@ def chunk_kda(
     total = B * T
     ends, slots = _chunk_ends(cu_seqlens, B, total if cu_seqlens is not None else T, q.device)
 
-    q_rows = q.reshape(total * H, K)
-    k_rows = k.reshape(total * H, K)
-    out = v if v.is_contiguous() else v.contiguous()
-    v_rows = out.view(total * HV, V)
+    # token rows [T, heads*dim] with any row stride: views of SGLang's packed conv output stay views
+    q_rows = q.reshape(total, H * K)
+    k_rows = k.reshape(total, H * K)
+    # the output goes into v's storage: directly when v's token rows are a view (contiguous v, or a
+    # slice of a packed qkv buffer), else into a contiguous copy, as SGLang's kernels do
+    if v.stride(-1) == 1 and v.stride(-2) == V and (B == 1 or v.stride(0) == T * v.stride(1)):
+        out = v
+    else:
+        out = v.contiguous()
+    v_rows = out.as_strided((total, HV * V), (out.stride(1), 1))
     g_rows = g.reshape(total * HV, K)
     beta_rows = beta.reshape(total * HV)
     if not beta_rows.is_floating_point():
@@ -717,7 +723,7 @@ def chunk_kda(
     if not fuse:
         _kernels["output"](v_rows, qg, aqk, h, decay, cu, ends, HV)
 
-    o = out.view(B, T, HV, V)
+    o = out
     if output_intermediate_states:
         if cu_seqlens is None:
             nt = math.ceil(T / CHUNK)

@@ -79,15 +79,27 @@ def reference(x, g_log, beta, l2norm=True):
     return outs, chunk_states, finals
 
 
-def run(x, *, lower_bound=-5.0, gate_in_kernel=True, beta_is_raw=True, l2norm=True, **extra):
+def packed_views(x):
+    """q, k, v as views of one packed [B*T, 2HK + HV*V] buffer, like SGLang's conv output."""
+    B, T, H, K_ = x["q"].shape
+    HV, V_ = x["v"].shape[2:]
+    qkv = torch.cat([x["q"].reshape(B * T, -1), x["k"].reshape(B * T, -1), x["v"].reshape(B * T, -1)], 1)
+    q, k, v = qkv.split([H * K_, H * K_, HV * V_], dim=1)
+    return qkv, q.view(B, T, H, K_), k.view(B, T, H, K_), v.view(B, T, HV, V_)
+
+
+def run(x, *, lower_bound=-5.0, gate_in_kernel=True, beta_is_raw=True, l2norm=True, packed=False, **extra):
+    q, k = x["q"], x["k"]
     v = x["v"].clone()
+    if packed:
+        x["qkv"], q, k, v = packed_views(x)
     pool = x["pool"].clone()
     if gate_in_kernel:
         g, A_log, dt_bias = x["g"], x["A_log"], x["dt_bias"]
     else:  # caller-activated log decay
         g, A_log, dt_bias = R.kda_gate(x["g"], x["A_log"], x["dt_bias"], lower_bound).float(), None, None
     out = prefill.chunk_kda(
-        x["q"], x["k"], v, g, x["beta"], initial_state=pool, initial_state_indices=x["idx"],
+        q, k, v, g, x["beta"], initial_state=pool, initial_state_indices=x["idx"],
         use_qk_l2norm_in_kernel=l2norm, cu_seqlens=x["cu"], A_log=A_log, dt_bias=dt_bias,
         lower_bound=lower_bound, beta_is_raw=beta_is_raw, **extra,
     )  # fmt: skip
@@ -138,13 +150,17 @@ def test_mixed_lengths_varlen_with_chunk_states():
     check(x, out, pool, lower_bound=-5.0, h=h)
 
 
-def test_fixed_length_batch_softplus_gate_padded_rows_gva():
-    """B = 2 fixed length, unbounded (softplus) gate, g/beta with CUDA Graph padding rows, HV = 2 H."""
+def test_fixed_length_batch_softplus_gate_padded_rows_gva_packed_qkv():
+    """B = 2 fixed length, unbounded (softplus) gate, g/beta with CUDA Graph padding rows, HV = 2 H, and
+    q/k/v as strided views of one packed buffer: o lands in v's slice of it, q/k stay untouched."""
     x = make([65], B=2, H=1, HV=2, pad=5, seed=5)
-    torch.manual_seed(0)
     x["g"][:, 65:] = float("nan")  # padding rows must never be read
     x["beta"][:, 65:] = float("nan")
-    out, _, pool = run(x, lower_bound=None)
+    out, v, pool = run(x, lower_bound=None, packed=True)
+    assert out.data_ptr() == v.data_ptr() and out.stride() == v.stride()
+    assert v.stride(1) == 2 * K + 2 * V  # really a strided view of the packed buffer
+    qk = torch.cat([x["q"].reshape(130, -1), x["k"].reshape(130, -1)], 1)
+    assert torch.equal(x["qkv"][:, : 2 * K], qk), "q/k columns of the packed buffer were written"
     check(x, out, pool, lower_bound=None)
 
 
