@@ -143,7 +143,14 @@ def decode_problem(bucket: Bucket, device, pool_slots: int = POOL_SLOTS):
     return kd._packed_decode, default, args, observed, [case["initial_state"]], case["ssm_state_indices"]
 
 
-def _verify_problem(kv, torch, verify_case, mode, N, H, HV, K, V, pool_slots, steps, device):
+def verify_problem(bucket: Bucket, mode: str, device, pool_slots: int = POOL_SLOTS, steps: int | None = None):
+    """The same as `decode_problem` for verify ("chain" or "tree"); the snapshot buffer is what it mutates."""
+    import torch
+    from kdakit.kernels import verify as kv
+    from kdakit.kernels.testing import verify_case
+
+    N, H, HV, K, V = bucket.batch, bucket.heads, bucket.value_heads, bucket.k, bucket.v
+    steps = steps or DRAFT_TOKENS
     rows = min(SNAPSHOT_ROWS, max(N, pool_slots))
     parents = [[0] + list(range(steps - 1)) for _ in range(N)] if mode == "tree" else None
     case = verify_case(
@@ -176,26 +183,7 @@ def _verify_problem(kv, torch, verify_case, mode, N, H, HV, K, V, pool_slots, st
 def problem_for(job: Job, device, pool_slots: int = POOL_SLOTS):
     if job.kernel == "decode":
         return decode_problem(job.bucket, device, pool_slots)
-    import torch
-    from kdakit.kernels import verify as kv
-    from kdakit.kernels.testing import verify_case
-
-    b = job.bucket
-    mode = job.kernel.removeprefix("verify-")
-    return _verify_problem(
-        kv,
-        torch,
-        verify_case,
-        mode,
-        b.batch,
-        b.heads,
-        b.value_heads,
-        b.k,
-        b.v,
-        pool_slots,
-        DRAFT_TOKENS,
-        device,
-    )
+    return verify_problem(job.bucket, job.kernel.removeprefix("verify-"), device, pool_slots)
 
 
 # ------------------------------------------------------------------------------------------- GPU pieces

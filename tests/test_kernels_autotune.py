@@ -299,8 +299,8 @@ def test_verify_runs_the_shipped_chain_config_correctly(interp, monkeypatch):
 
 
 # ---------------------------------------------------------------------- the autotune job's CPU-testable part
-@pytest.mark.parametrize("kernel", ["decode", "verify-chain"])
-def test_an_autotune_job_checks_times_and_writes_the_faster_config(interp, tmp_path, kernel):
+@pytest.mark.parametrize("kernel", ["decode", "verify-chain", "verify-tree"])
+def test_an_autotune_job_checks_times_and_writes_the_faster_config(interp, tmp_path, monkeypatch, kernel):
     """The job pipeline on CPU with Helion's search and the CUDA-graph timer replaced: it runs both configs on
     the same inputs, times both, and writes the faster one with both times and the installed versions."""
     searched = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
@@ -313,6 +313,7 @@ def test_an_autotune_job_checks_times_and_writes_the_faster_config(interp, tmp_p
         timed_calls.append(len(sets))
         return next(times)
 
+    monkeypatch.setattr(autotune, "DRAFT_TOKENS", 3)  # the interpreter's cost grows with the steps
     job = autotune.Job(kernel, Bucket(2, 2, 32, 32, "fp32", 2))
     result = autotune.run_job(
         job, sku=SKU, gpu_name="NVIDIA TestGPU", out_dir=tmp_path, budget_s=5, effort="quick", device="cpu",
