@@ -1,6 +1,7 @@
 """The playbooks against a real local cluster: 3 SSH hosts (netns + veth + sshd), each with its own dockerd,
 a stand-in nvidia-smi (h1, h2: 4 x H200; h3: 2 x H200), the test-double server image and the kdakit image
-(tests/infra/images.py) loaded through the image role's tarball path.
+(tests/infra/images.py, plus the benchmark client's imports that SGLang's real image carries:
+tests/infra/bench_client_image.py) loaded through the image role's tarball path.
 
 Flow, through the make targets: deploy (h3 fails preflight, the others deploy) -> deploy again (nothing
 changes) -> eval-gsm8k (real lm-eval in the kdakit image) -> bench (SGLang's benchmark client in the image)
@@ -22,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.infra import dockerd, fake_server_image, images, sshhosts
+from tests.infra import bench_client_image, dockerd, fake_server_image, images, sshhosts
 
 _spec = importlib.util.spec_from_file_location(
     "kdakit_test_tiny_tokenizer_pb", Path(__file__).parent / "fakes" / "tiny_tokenizer.py"
@@ -69,8 +70,9 @@ def tarballs():
     try:
         kdakit_tag = "kdakit:ci"
         images.kdakit_image(engine, images.standin_base(engine), tag=kdakit_tag)
+        client_tag = bench_client_image.build(engine, kdakit_tag)
         fake_tag = fake_server_image.build(engine)
-        out = (images.image_tarball(engine, kdakit_tag), images.image_tarball(engine, fake_tag), fake_tag)
+        out = (images.image_tarball(engine, client_tag), images.image_tarball(engine, fake_tag), fake_tag)
     finally:
         engine.stop()
     # Each commit makes a new kdakit image (its last layer holds the source); drop this test's previous
