@@ -429,3 +429,16 @@ def test_a_kernel_bucketed_by_tokens_registers_its_own_sizes(monkeypatch):
     with pytest.raises(tuned.ConfigFileError, match="bucket.batch"):
         tuned.parse(_record().to_dict())  # batch 4 is not one of this kernel's sizes
     assert tuned.select("decode", SMALL._replace(batch=4096), DEFAULT) != DEFAULT
+
+
+def test_bench_configs_flag_selects_the_mode_before_anything_runs(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the bench would run")
+    assert main(["kernels", "bench", "--configs", "default", "--results-dir", str(tmp_path)]) == 2
+    assert tuned.mode() == "default"
+    assert "needs an NVIDIA GPU" in capsys.readouterr().err
+    tuned.set_mode("shipped")
+    with pytest.warns(KernelConfigWarning):
+        tuned.select("decode", SMALL, DEFAULT)
+    line = tuned.describe_active("shipped")
+    assert line == "kdakit kernel configs (shipped): 1 default of 1 kernel/bucket selections"
