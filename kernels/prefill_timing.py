@@ -139,15 +139,15 @@ def parity(fn_ref, fn, x) -> dict[str, float]:
 
 
 SWEEP = [
-    # (label, configs, fuse_output)
-    ("fused-bv16-w4-s2", {}, True),
-    ("fused-bv16-w4-s3", {"state": {"block_sizes": [16], "num_warps": 4, "num_stages": 3}}, True),
-    ("fused-bv16-w8-s2", {"state": {"block_sizes": [16], "num_warps": 8, "num_stages": 2}}, True),
-    ("fused-bv32-w4-s2", {"state": {"block_sizes": [32], "num_warps": 4, "num_stages": 2}}, True),
-    ("unfused-bv16-w4-s2", {}, False),
-    ("unfused-bv16-w4-s2-out64", {"output": {"block_sizes": [64], "num_warps": 4, "num_stages": 1}}, False),
-    ("intra-w8", {"intra": {"block_sizes": [64], "num_warps": 8, "num_stages": 1}}, True),
-    ("intra-bv32-w4", {"intra": {"block_sizes": [32], "num_warps": 4, "num_stages": 1}}, True),
+    # (label, configs that differ from prefill.DEFAULT_CONFIGS, fuse_output)
+    ("default", {}, True),
+    ("state-s2", {"state": {"block_sizes": [16], "num_warps": 4, "num_stages": 2}}, True),
+    ("state-s4", {"state": {"block_sizes": [16], "num_warps": 4, "num_stages": 4}}, True),
+    ("state-w8", {"state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3}}, True),
+    ("state-bv32", {"state": {"block_sizes": [32], "num_warps": 4, "num_stages": 3}}, True),
+    ("intra-w4", {"intra": {"block_sizes": [32], "num_warps": 4, "num_stages": 1}}, True),
+    ("recompute-w4", {"recompute": {"block_sizes": [32, 64], "num_warps": 4, "num_stages": 1}}, True),
+    ("unfused", {}, False),
 ]
 
 
@@ -174,7 +174,7 @@ def main(argv=None) -> int:
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "triton": __import__("triton").__version__,
-        "helion": __import__("helion").__version__,
+        "helion": __import__("importlib.metadata").metadata.version("helion"),
         "rows": [],
     }
     if args.sweep:
