@@ -141,13 +141,25 @@ def test_size_one_first_then_longer_in_one_process():
         check(x, out, pool, lower_bound=-5.0)
 
 
-def test_mixed_lengths_varlen_with_chunk_states():
-    """Lengths 1, 17, 63, 64, 65, 130 in one varlen batch; output, every chunk-start state, final pool."""
-    x = make([17, 1, 63, 64, 65, 130], seed=4)
-    (out, h), v, pool = run(x, output_intermediate_states=True)
+def test_mixed_lengths_varlen_with_chunk_states_and_track_state():
+    """Lengths 1, 17, 63, 64, 65, 130 in one varlen batch; output, every chunk-start state, final pool, and
+    the radix-cache track snapshots (fp32 state at the start of track_chunk_idx[n]; -1: untouched)."""
+    lens = [17, 1, 63, 64, 65, 130]
+    x = make(lens, seed=4)
+    track_idx = torch.tensor([0, -1, 0, 0, 1, 2])
+    track = torch.full((len(lens), 2, V, K), float("nan"))
+    (out, h), v, pool = run(x, output_intermediate_states=True, track_state=track, track_chunk_idx=track_idx)
     assert out.data_ptr() == v.data_ptr()
     assert h.shape == (1, 1 + 1 + 1 + 1 + 2 + 3, 2, V, K)
     check(x, out, pool, lower_bound=-5.0, h=h)
+    first_chunk = [0, 1, 2, 3, 4, 6]
+    for n, c in enumerate(track_idx.tolist()):
+        if c < 0:
+            assert torch.isnan(track[n]).all(), "an untracked row was written"
+            continue
+        # the fp32 snapshot equals the bf16 per-chunk state up to bf16 rounding
+        err = (track[n] - h[0, first_chunk[n] + c].float()).abs().max().item()
+        assert err < 1e-2, f"track state of sequence {n}: {err}"
 
 
 def test_fixed_length_batch_softplus_gate_padded_rows_gva_packed_qkv():
