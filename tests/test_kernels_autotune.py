@@ -442,3 +442,32 @@ def test_bench_configs_flag_selects_the_mode_before_anything_runs(tmp_path, caps
         tuned.select("decode", SMALL, DEFAULT)
     line = tuned.describe_active("shipped")
     assert line == "kdakit kernel configs (shipped): 1 default of 1 kernel/bucket selections"
+
+
+@pytest.mark.gpu
+def test_autotune_one_decode_bucket_on_the_gpu_and_run_it(tmp_path, monkeypatch, capsys):
+    """The real command on a GPU (quick effort, 20 s budget, one bucket): it writes a config that the decode
+    wrapper then selects for this GPU without any warning, and whose results agree with the reference."""
+    monkeypatch.delenv(tuned.ENV_SKU)
+    sku = tuned.sku_of(torch.cuda.get_device_name(0))
+    argv = ["kernels", "autotune", "--sku", sku, "--kernels", "decode", "--heads", "16", "--batches", "1"]
+    argv += ["--budget-seconds", "20", "--effort", "quick", "--out", str(tmp_path / "configs")]
+    assert main(argv) == 0
+    path = tmp_path / "configs" / sku / "decode-h16-hv16-k128-v128-fp32-b1.json"
+    record = tuned.load_file(path)
+    assert record.tuning["default_per_call_us"] > 0 and record.tuning["autotuned_per_call_us"] > 0
+    assert "default us" in capsys.readouterr().out
+    case = decode_case(1, 16, 16, 128, 128, 4, indices=[2], device="cuda")
+    pool = case["initial_state"].cpu().clone()
+    ref_out, ref_pool = packed_decode_reference(
+        *(case[k].cpu() for k in ("mixed_qkv", "a", "b", "A_log", "dt_bias")), 128**-0.5, pool,
+        case["ssm_state_indices"].cpu(), True, -5.0,
+    )  # fmt: skip
+    (out, state), caught = _warnings_of(
+        lambda: kd.helion_fused_recurrent_kda_packed_decode(
+            **case, scale=128**-0.5, use_qk_l2norm_in_kernel=True, lower_bound=-5.0
+        )
+    )
+    assert caught == [] and tuned.active()[0]["source"] == "shipped"
+    assert torch.allclose(out.double().cpu(), ref_out, atol=2e-2, rtol=2e-2)
+    assert torch.allclose(state.double().cpu(), ref_pool, atol=1e-4, rtol=1e-4)
