@@ -374,5 +374,6 @@ def run(args) -> int:
             progress.console.print(f"{job.name}: {status} ({r.seconds:.0f} s)")
             results.append(r)
             progress.advance(task)
+    tuned.reset()  # this process selects from the new files from now on
     print(render(results))
     return 1 if any(r.error for r in results) else 0
