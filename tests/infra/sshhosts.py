@@ -28,8 +28,8 @@ NVIDIA_SMI_STANDIN = """#!/usr/bin/env python3
 import sys
 COUNT, MODEL, DRIVER = {count}, {model!r}, {driver!r}
 args = sys.argv[1:]
-fields = {{"index": None, "name": MODEL, "driver_version": DRIVER, "memory.used": "0", "memory.total": "143771",
-          "uuid": None, "vbios_version": "96.00.AF.00.01", "temperature.gpu": "31", "power.draw": "74.12"}}
+fields = {{"index": None, "name": MODEL, "driver_version": DRIVER, "memory.used": "0",
+          "memory.total": "143771", "uuid": None, "vbios_version": "96.00.AF.00.01"}}
 query = next((a.split("=", 1)[1] for a in args if a.startswith("--query-gpu=")), None)
 if any(a.startswith("--query-compute-apps") for a in args):
     sys.exit(0)
