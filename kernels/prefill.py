@@ -399,11 +399,35 @@ def _state_pass_fn(
         state = hl.load(pool_rows, [state_row[None, :], kk[:, None]], extra_mask=has_slot).float()
         if has_track:
             track_at = track_chunk[tile_n.id].long()
+        # Operands of chunk t+1 are loaded during step t (register double buffering): the loop is a
+        # latency chain of small dots, and Triton does not pipeline these loads by itself.
+        token0 = begin + hl.arange(64)
+        valid0 = token0 < end
+        row0 = token0 * HV + hv
+        w_next = hl.load(w_rows, [row0[:, None], kk[None, :]], extra_mask=valid0[:, None])
+        kg_next = hl.load(kg_rows, [row0[None, :], kk[:, None]], extra_mask=valid0[None, :])
+        qg_next = hl.load(qg_rows, [row0[:, None], kk[None, :]], extra_mask=valid0[:, None] & fuse_output)
+        aqk_next = hl.load(
+            aqk_rows, [row0[:, None], hl.arange(64)[None, :]], extra_mask=valid0[:, None] & fuse_output
+        )
         for tile_t in hl.tile(end - begin, block_size=64):
             chunk = first_chunk + tile_t.id
             token = begin + tile_t.index
             valid = token < end
-            row = token * HV + hv
+            w = w_next
+            kg_t = kg_next
+            qg = qg_next
+            aqk = aqk_next
+            token_n = token + 64
+            valid_n = token_n < end
+            row_n = token_n * HV + hv
+            w_next = hl.load(w_rows, [row_n[:, None], kk[None, :]], extra_mask=valid_n[:, None])
+            kg_next = hl.load(kg_rows, [row_n[None, :], kk[:, None]], extra_mask=valid_n[None, :])
+            if fuse_output:
+                qg_next = hl.load(qg_rows, [row_n[:, None], kk[None, :]], extra_mask=valid_n[:, None])
+                aqk_next = hl.load(
+                    aqk_rows, [row_n[:, None], hl.arange(64)[None, :]], extra_mask=valid_n[:, None]
+                )
             if store_h:
                 h_row = (chunk * HV + hv) * V + tile_v.index
                 hl.store(h_rows, [h_row[None, :], kk[:, None]], state.to(h_rows.dtype))
@@ -412,20 +436,16 @@ def _state_pass_fn(
                     t_row = (tile_n.id * HV + hv) * V + tile_v.index
                     hl.store(track_rows, [t_row[None, :], kk[:, None]], state)
             state_b = state.to(torch.bfloat16)
-            w = hl.load(w_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
             v_cols = hv * V + tile_v.index
             u = hl.load(u_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
             v_new = (u - _dot32(w, state_b)).to(torch.bfloat16)
             if fuse_output:
-                qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
-                aqk = hl.load(aqk_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
                 o = _dot32(qg, state_b) + _dot32(aqk, v_new)
                 hl.store(u_rows, [token[:, None], v_cols[None, :]], o.to(u_rows.dtype),
                          extra_mask=valid[:, None])  # fmt: skip
             else:
                 hl.store(u_rows, [token[:, None], v_cols[None, :]], v_new.to(u_rows.dtype),
                          extra_mask=valid[:, None])  # fmt: skip
-            kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]], extra_mask=valid[None, :])
             decay = hl.load(decay_flat, [(chunk * HV + hv) * K + kk])
             state = state * decay[:, None] + _dot32(kg_t, v_new)
         hl.store(pool_rows, [state_row[None, :], kk[:, None]], state.to(pool_rows.dtype),
@@ -490,7 +510,7 @@ DEFAULT_CONFIGS: dict[str, dict] = {
     "gate": {"block_sizes": [32], "num_warps": 8, "num_stages": 1, "indexing": "pointer"},
     "intra": {"block_sizes": [32], "num_warps": 8, "num_stages": 1, "indexing": "pointer"},
     "recompute": {"block_sizes": [32, 64], "num_warps": 8, "num_stages": 1, "indexing": "pointer"},
-    "state": {"block_sizes": [16], "num_warps": 4, "num_stages": 3, "indexing": "pointer"},
+    "state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},
     "output": {"block_sizes": [32, 32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
 }
 # Fusing the output into the state pass keeps per-chunk states out of HBM.

@@ -141,10 +141,10 @@ def parity(fn_ref, fn, x) -> dict[str, float]:
 SWEEP = [
     # (label, configs that differ from prefill.DEFAULT_CONFIGS, fuse_output)
     ("default", {}, True),
-    ("state-s2", {"state": {"block_sizes": [16], "num_warps": 4, "num_stages": 2}}, True),
-    ("state-s4", {"state": {"block_sizes": [16], "num_warps": 4, "num_stages": 4}}, True),
-    ("state-w8", {"state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3}}, True),
-    ("state-bv32", {"state": {"block_sizes": [32], "num_warps": 4, "num_stages": 3}}, True),
+    ("state-s2", {"state": {"block_sizes": [16], "num_warps": 8, "num_stages": 2}}, True),
+    ("state-s1", {"state": {"block_sizes": [16], "num_warps": 8, "num_stages": 1}}, True),
+    ("state-w4", {"state": {"block_sizes": [16], "num_warps": 4, "num_stages": 3}}, True),
+    ("state-bv32", {"state": {"block_sizes": [32], "num_warps": 8, "num_stages": 3}}, True),
     ("intra-w4", {"intra": {"block_sizes": [32], "num_warps": 4, "num_stages": 1}}, True),
     ("recompute-w4", {"recompute": {"block_sizes": [32, 64], "num_warps": 4, "num_stages": 1}}, True),
     ("unfused", {}, False),
