@@ -1,0 +1,129 @@
+"""Register and spill counts of kdakit's prefill kernels for Hopper, on a machine without a GPU.
+
+Helion generates each kernel's Triton code for the configured block sizes; Triton compiles it for sm_90a and
+the bundled ptxas reports registers, spills and shared memory. That is how the warp counts in
+prefill.DEFAULT_CONFIGS were chosen after the last GPU run (a spilling state pass or a 2-CTA-per-SM intra
+kernel is visible here). It says nothing about time; `prefill_timing` measures that on a GPU.
+
+    python -m kdakit.kernels.prefill_ptxas [--configs '{"state": {...}}'] [--unfused]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import triton
+from kdakit.kernels import prefill
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+_PTR = {torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32", torch.int64: "*i64"}
+
+
+def example_args(fuse: bool, H=16, HV=16, K=128, V=128, T=130, M=3) -> dict[str, tuple]:
+    """Arguments of each kernel at PR-like head sizes (only dtypes, and sizes for specialization, matter)."""
+    bf, e = torch.bfloat16, torch.empty
+    rows = T * HV
+    cu, ends = torch.zeros(2, dtype=torch.int32), torch.ones(1, dtype=torch.int64)
+    flags = (0.088, True, True, HV, HV // H)
+    q, k, v = e(T, H * K, dtype=bf), e(T, H * K, dtype=bf), e(T, HV * V, dtype=bf)
+    gcum, act64 = e(rows, K), e(rows, 64, dtype=bf)
+    return {
+        "gate": (e(rows, K, dtype=bf), e(HV), e(HV * K), cu, ends, gcum, e(M * HV, K), -5.0, 2, True, HV),
+        "intra": (q, k, gcum, gcum.view(-1), e(rows, dtype=bf), cu, ends, act64, act64, e(M * HV, K), *flags),
+        "recompute": (
+            q,
+            k,
+            v,
+            gcum,
+            gcum.view(-1),
+            e(rows, dtype=bf),
+            cu,
+            ends,
+            act64,
+            e(rows, K, dtype=bf),
+            e(rows, K, dtype=bf),
+            e(rows, K, dtype=bf),
+            e(M * HV, K),
+            *flags,
+        ),  # fmt: skip
+        "state": (
+            e(rows, K, dtype=bf),
+            v,
+            e(rows, K, dtype=bf),
+            e(rows, K, dtype=bf),
+            act64,
+            e(M * HV * K),
+            e(3 * HV * V, K),
+            torch.ones(1, dtype=torch.int64),
+            cu,
+            ends,
+            e(1, K, dtype=bf),
+            e(1, K),
+            torch.ones(1, dtype=torch.int64),
+            fuse,
+            not fuse,
+            False,
+            HV,
+        ),  # fmt: skip
+    }
+
+
+def report(name: str, args: tuple, workdir: str) -> str:
+    kernel = prefill._kernels[name]
+    config = kernel.configs[0]
+    code = kernel.bind(args).to_triton_code(config)
+    path = os.path.join(workdir, f"{name}.py")
+    with open(path, "w") as f:
+        f.write(code)
+    spec = importlib.util.spec_from_file_location(f"kdakit_ptxas_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    jit = next(v for k, v in vars(module).items() if k.startswith("_helion_") and hasattr(v, "arg_names"))
+    params = list(inspect.signature(prefill._FNS[name]).parameters)
+    tensors = {p: a for p, a in zip(params, args, strict=False) if isinstance(a, torch.Tensor)}
+    floats = {p for p, a in zip(params, args, strict=False) if isinstance(a, float)}
+    signature = {
+        a: _PTR[tensors[a].dtype] if a in tensors else ("fp32" if a in floats else "i32")
+        for a in jit.arg_names
+    }
+    warps, stages = config.config.get("num_warps", 4), config.config.get("num_stages", 1)
+    compiled = triton.compile(
+        ASTSource(jit, signature, {}), target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": warps, "num_stages": stages},
+    )  # fmt: skip
+    ptx = os.path.join(workdir, f"{name}.ptx")
+    with open(ptx, "w") as f:
+        f.write(compiled.asm["ptx"])
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    out = subprocess.run([ptxas, "-arch=sm_90a", "-v", ptx, "-o", os.devnull], capture_output=True, text=True)
+    usage = " ".join(
+        line.split("info    :")[-1].strip()
+        for line in out.stderr.splitlines()
+        if "registers" in line or "spill" in line
+    )
+    return f"{name:10s} warps={warps} stages={stages} smem={compiled.metadata.shared} | {usage}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", default="{}", help="JSON {kernel: config} overriding the defaults")
+    ap.add_argument("--unfused", action="store_true")
+    args = ap.parse_args(argv)
+    prefill.configure(json.loads(args.configs), not args.unfused)
+    with tempfile.TemporaryDirectory() as workdir:
+        for name, kernel_args in example_args(not args.unfused).items():
+            print(report(name, kernel_args, workdir), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
