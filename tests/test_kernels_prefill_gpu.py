@@ -14,14 +14,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from kdakit.kernels import prefill
+from kdakit.kernels import reference as R
 
 pytestmark = pytest.mark.gpu
 
-if not torch.cuda.is_available():
-    pytest.skip("needs an NVIDIA GPU", allow_module_level=True)
 
-from kdakit.kernels import prefill  # noqa: E402
-from kdakit.kernels import reference as R  # noqa: E402
+@pytest.fixture(autouse=True)
+def _needs_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU (run with -m gpu on the lent H200)")
+
 
 H = 16
 K = V = 128
