@@ -2,7 +2,7 @@
 
 Run: pytest -m gpu tests/test_kernels_prefill_gpu.py
 Parity: the fp64 token-by-token reference (on the GPU, fp64) and SGLang 0.5.23's Triton `chunk_kda`
-(through kdakit.kernels.upstream, else fla-core 0.6.0).
+(through kdakit.kernels.upstream; those tests skip, naming the reason, when it cannot be loaded).
 """
 
 from __future__ import annotations
