@@ -26,9 +26,15 @@ Four Helion kernels (five when the output is not fused into the state pass):
    through HBM.
 5. `output` (unfused mode, for tuning only): fully parallel output from stored per-chunk states.
 
-Every length enters the kernels as data (cu_seqlens, chunk maps) or as a symbolic size, and each kernel's
-specialization key records which dims are one (helion-fla notes 4.1): a first call at T = 1 compiles its own
-kernel and never poisons the kernel used for T > 1, so T = 1 needs no Triton fallback.
+Every length enters the kernels as data (cu_seqlens and the per-sequence chunk ends, computed on the device
+with no host sync, so a captured call replays correctly with new lengths) or as a symbolic size, and each
+kernel's specialization key records which dims are one (helion-fla notes 4.1): a first call at T = 1 never
+poisons the kernel used for T > 1, so T = 1 needs no Triton fallback.
+
+Numerical limit (shared with SGLang's Helion prefill): the 16x16 diagonal blocks factor exp(Gamma_i -
+Gamma_j) around the block's middle row with exponents clamped to +-126 (log2). It is exact while the decay
+over 8 tokens stays under 126 log2 units (about 87 nats): always for the bounded gate (lower_bound >= -10),
+and for the softplus gate unless per-token log decays average below about -11.
 """
 
 from __future__ import annotations
@@ -108,12 +114,12 @@ def _gate_cumsum_fn(
 
 
 # --------------------------------------------------------------------------------------------------------
-# 2. intra-chunk: L, Aqk, (I+L)^-1, W, U, kg, qg
+# 2. intra-chunk: L, Aqk, Tinv = (I+L)^-1;  then recompute: W, U, kg, qg, decay
 # --------------------------------------------------------------------------------------------------------
 
 
 def _exp2c(x: torch.Tensor) -> torch.Tensor:
-    # clamped so exp2 stays finite in fp32; only masked or negligible entries reach the clamp
+    # clamped so exp2 stays finite in fp32 (see the numerical limit in the module docstring)
     return torch.exp2(torch.clamp(x, -126.0, 126.0))
 
 
