@@ -16,10 +16,10 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kdakit import provenance
+from kdakit import profiles, provenance
 from kdakit.errors import UsageError
 
-ARMS = ("triton", "helion", "unknown")
+ARMS = (*profiles.arms(), "unknown")  # the launch arms (kdakit/profiles/arms.toml)
 KDA_BACKEND_ARGS = ("linear_attn_prefill_backend", "linear_attn_decode_backend", "linear_attn_verify_backend")
 
 

@@ -137,3 +137,14 @@ def test_provenance_reads_server_command_and_sku(tmp_path, monkeypatch):
     record = copy.deepcopy(gsm8k_record())
     record["provenance"] = gathered
     assert results.errors(record) == []
+
+
+def test_every_launch_arm_is_a_valid_record_arm(tmp_path):
+    from kdakit import context, profiles
+
+    for arm in profiles.arms():
+        assert arm in context.ARMS
+        record = gsm8k_record()
+        record["arm"] = arm
+        path = results.write_result(tmp_path / f"{arm}.result.json", record)
+        assert results.read_result(path)["arm"] == arm
