@@ -30,14 +30,17 @@ def _run(argv: list[str], cwd: Path | None = None) -> str | None:
 
 
 def git_sha() -> tuple[str | None, bool | None]:
-    """(sha, dirty) of the kdakit checkout; inside the image, KDAKIT_GIT_SHA baked at build time."""
+    """(sha, dirty) of the kdakit checkout; inside the image, KDAKIT_IMAGE_REVISION baked at build time."""
     if (REPO_ROOT / ".git").exists() and shutil.which("git"):
         sha = _run(["git", "rev-parse", "HEAD"], REPO_ROOT)
         if sha and re.fullmatch(r"[0-9a-f]{40}", sha):
             status = _run(["git", "status", "--porcelain", "--untracked-files=no"], REPO_ROOT)
             return sha, (bool(status) if status is not None else None)
-    baked = os.environ.get("KDAKIT_GIT_SHA", "").strip().lower()
-    return (baked if re.fullmatch(r"[0-9a-f]{7,40}", baked) else None), None
+    # images.mk bakes `<sha>` or `<sha>-dirty` (built from a tree with uncommitted changes).
+    baked = re.fullmatch(
+        r"([0-9a-f]{7,40})(-dirty)?", os.environ.get("KDAKIT_IMAGE_REVISION", "").strip().lower()
+    )
+    return (baked.group(1), bool(baked.group(2))) if baked else (None, None)
 
 
 def gpus_and_driver() -> tuple[list[str], str | None]:

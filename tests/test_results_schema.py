@@ -148,3 +148,14 @@ def test_every_launch_arm_is_a_valid_record_arm(tmp_path):
         record["arm"] = arm
         path = results.write_result(tmp_path / f"{arm}.result.json", record)
         assert results.read_result(path)["arm"] == arm
+
+
+def test_git_sha_inside_the_image_comes_from_the_baked_revision(monkeypatch, tmp_path):
+    monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)  # no checkout: as inside the image
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    monkeypatch.setenv("KDAKIT_IMAGE_REVISION", sha)
+    assert provenance.git_sha() == (sha, False)
+    monkeypatch.setenv("KDAKIT_IMAGE_REVISION", sha + "-dirty")
+    assert provenance.git_sha() == (sha, True)
+    monkeypatch.setenv("KDAKIT_IMAGE_REVISION", "unknown")
+    assert provenance.git_sha() == (None, None)
