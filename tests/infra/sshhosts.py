@@ -225,10 +225,21 @@ def up(
         raise
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def _kill_pidfile(pidfile: Path) -> None:
+    """Stop the sshd we started and its per-connection children (Ansible's ControlPersist sessions would
+    otherwise outlive the listener as orphans)."""
     try:
         pid = int(pidfile.read_text().strip())
         if b"sshd" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            for child in _children(pid):
+                os.kill(child, signal.SIGTERM)
             os.kill(pid, signal.SIGTERM)
     except (OSError, ValueError):
         pass
