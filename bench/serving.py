@@ -320,15 +320,11 @@ def run_serving(args: argparse.Namespace) -> int:
         "server_args": server_args if server_args is not None else info,
         "points": points,
     }
-    record = results.new_record(
+    record = context.new_record(
         "serving",
-        run_id=where["run_id"],
-        host=where["host"],
-        sku=where["sku"],
-        arm=where["arm"],
+        where,
         protocol=protocol.name,
         metrics=metrics,
-        run_dir=where["run_dir"],
         notes=notes,
         artifacts=[stem],
     )

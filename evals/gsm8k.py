@@ -223,15 +223,11 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                 "raw_dir": stem,
             }
             metrics["verdict"] = verdict(metrics, protocol)
-            record = results.new_record(
+            record = context.new_record(
                 "gsm8k",
-                run_id=where["run_id"],
-                host=where["host"],
-                sku=where["sku"],
-                arm=where["arm"],
+                where,
                 protocol=protocol.name,
                 metrics=metrics,
-                run_dir=where["run_dir"],
                 notes=[f"lm-eval {LM_EVAL_MODEL}, task {TASK_NAME}, protocol source {protocol.source}"],
                 artifacts=[f"{stem}/lm-eval.log", f"{stem}/lm-eval/{parsed['results_file']}"],
             )

@@ -16,7 +16,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kdakit import profiles, provenance
+from kdakit import profiles, provenance, results
 from kdakit.errors import UsageError
 
 ARMS = (*profiles.arms(), "unknown")  # the launch arms (kdakit/profiles/arms.toml)
@@ -117,6 +117,19 @@ def resolve(args: argparse.Namespace, kind: str, info: dict | None) -> dict:
         "out": out,
         "run_dir": run_dir,
     }
+
+
+def new_record(kind: str, where: dict, **fields) -> dict:
+    """A result record for the run, host, SKU and arm that `resolve()` found; fields go to results."""
+    return results.new_record(
+        kind,
+        run_id=where["run_id"],
+        host=where["host"],
+        sku=where["sku"],
+        arm=where["arm"],
+        run_dir=where["run_dir"],
+        **fields,
+    )
 
 
 def fresh_stem(folder: Path, stem: str) -> str:
