@@ -19,29 +19,20 @@ def fake_sglang(bin_dir, dump):
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
 
 
-def test_serve_records_then_execs_the_plan(tmp_path):
-    dump = tmp_path / "exec.json"
-    fake_sglang(tmp_path / "bin", dump)
-    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "KDAKIT_IMAGE_ID": "sha256:abc"}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kdakit",
-            "serve",
-            "--sku",
-            "h200",
-            "--arm",
-            "helion-upstream",
-            "--set",
-            "--port=9001",
-            "--results",
-            str(tmp_path / "run"),
-        ],
+def serve(tmp_path, *args, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "kdakit", "serve", *args, "--results", str(tmp_path / "run")],
         env=env,
         capture_output=True,
         text=True,
     )
+
+
+def test_serve_records_then_execs_the_plan(tmp_path):
+    dump = tmp_path / "exec.json"
+    fake_sglang(tmp_path / "bin", dump)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "KDAKIT_IMAGE_ID": "sha256:abc"}
+    r = serve(tmp_path, "--sku", "h200", "--arm", "helion-upstream", "--set", "--port=9001", env=env)
     assert r.returncode == 0, r.stderr
     expected = plan.render("h200", "helion-upstream", settings=["--port=9001"])
     record = json.loads((tmp_path / "run" / "server-command.json").read_text())
@@ -53,45 +44,12 @@ def test_serve_records_then_execs_the_plan(tmp_path):
 
 
 def test_serve_refuses_an_invalid_flag_before_recording(tmp_path):
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kdakit",
-            "serve",
-            "--sku",
-            "h200",
-            "--arm",
-            "helion",
-            "--set",
-            "--no-such-flag",
-            "--results",
-            str(tmp_path / "run"),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    r = serve(tmp_path, "--sku", "h200", "--arm", "helion", "--set", "--no-such-flag")
     assert r.returncode == 2 and "--no-such-flag is not a server argument" in r.stderr
     assert not (tmp_path / "run").exists()
 
 
 def test_serve_without_sglang_on_path_says_where_to_run(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path)}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "kdakit",
-            "serve",
-            "--sku",
-            "b200",
-            "--arm",
-            "triton",
-            "--results",
-            str(tmp_path / "run"),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    r = serve(tmp_path, "--sku", "b200", "--arm", "triton", env=env)
     assert r.returncode == 2 and "inside the kdakit image" in r.stderr
