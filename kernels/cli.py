@@ -55,11 +55,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "graph replay with rotating slots; the faster config is written to OUT/SKU/KERNEL-BUCKET.json.",
     )
     tune.add_argument("--sku", required=True, help="the SKU of this GPU, e.g. h200 (checked against it)")
-    tune.add_argument("--kernels", default="decode,verify", help="subset of decode,verify,verify-tree")
+    tune.add_argument(
+        "--kernels",
+        default="decode,verify",
+        help="subset of decode, verify (= verify-chain), verify-chain, verify-tree",
+    )
     tune.add_argument("--heads", default="16,8", help="local KDA heads: 16 at TP4, 8 at TP8")
     tune.add_argument("--batches", default="1,2,4,8,16,24,32,40,48", help="batch buckets to tune")
     tune.add_argument("--budget-seconds", type=int, default=60, help="Helion search budget per bucket")
-    tune.add_argument("--effort", choices=("quick", "full"), default="full", help="Helion autotune effort")
+    tune.add_argument(
+        "--effort",
+        choices=("quick", "full"),
+        default="quick",
+        help="Helion autotune effort: quick starts from the seeded default (fits a budget of tens of "
+        "seconds); full starts from 100 random configs (needs minutes per bucket)",
+    )
     tune.add_argument("--out", default=None, help="config folder (default: the package's kernels/configs)")
     tune.add_argument("--dry-run", action="store_true", help="print the plan and target files, tune nothing")
     tune.set_defaults(func=cmd_autotune)

@@ -68,7 +68,12 @@ def size_buckets(kernel: str) -> tuple[int, ...]:
 
 
 # `--kernels` names of `kdakit kernels autotune` -> kernel names
-KERNEL_GROUPS = {"decode": ("decode",), "verify": ("verify-chain",), "verify-tree": ("verify-tree",)}
+KERNEL_GROUPS = {
+    "decode": ("decode",),
+    "verify": ("verify-chain",),
+    "verify-chain": ("verify-chain",),
+    "verify-tree": ("verify-tree",),
+}
 
 # GPU name (lower case) substrings -> SKU folder, most specific first
 _SKU_PATTERNS = (
@@ -348,9 +353,8 @@ def _sku_index(directory: str, sku: str) -> tuple[dict, dict]:
 
 
 def tune_command(kernel: str, sku: str, bucket: Bucket) -> str:
-    group = "verify-tree" if kernel == "verify-tree" else kernel.split("-")[0]
     return (
-        f"kdakit kernels autotune --sku {sku} --kernels {group} --heads {bucket.value_heads} "
+        f"kdakit kernels autotune --sku {sku} --kernels {kernel} --heads {bucket.value_heads} "
         f"--batches {bucket.batch} (or: make autotune SKU={sku})"
     )
 

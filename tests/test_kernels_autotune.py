@@ -299,30 +299,46 @@ def test_verify_runs_the_shipped_chain_config_correctly(interp, monkeypatch):
 
 
 # ---------------------------------------------------------------------- the autotune job's CPU-testable part
-@pytest.mark.parametrize("kernel", ["decode", "verify-chain", "verify-tree"])
-def test_an_autotune_job_checks_times_and_writes_the_faster_config(interp, tmp_path, monkeypatch, kernel):
-    """The job pipeline on CPU with Helion's search and the CUDA-graph timer replaced: it runs both configs on
-    the same inputs, times both, and writes the faster one with both times and the installed versions."""
-    searched = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
-    times = iter([10.0, 7.5])  # default, autotuned
-    timed_calls = []
-
+def _fake_timer(times, timed_calls):
     def fake_time(run, sets):
         for s in sets:
             run(s)
         timed_calls.append(len(sets))
         return next(times)
 
+    return fake_time
+
+
+def _two_sets(batch, pool, device):
+    return [torch.tensor([1, 5], dtype=torch.int32), torch.tensor([6, 2], dtype=torch.int32)]
+
+
+@pytest.mark.parametrize("kernel", ["decode", "verify-chain", "verify-tree"])
+def test_an_autotune_job_checks_times_and_writes_the_faster_config(interp, tmp_path, monkeypatch, kernel):
+    """The job pipeline on CPU with Helion's search and the CUDA-graph timer replaced: the search is seeded
+    with the module default and runs on a pool of only the bucket's slots; both configs run on the same
+    inputs, both are timed, and the faster one is written with both times and the installed versions."""
+    searched = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
+    timed_calls, searches = [], []
+
+    def fake_search(fn, args, budget, effort, seeds):
+        searches.append((fn, args, seeds))
+        return searched
+
     monkeypatch.setattr(autotune, "DRAFT_TOKENS", 3)  # the interpreter's cost grows with the steps
     job = autotune.Job(kernel, Bucket(2, 2, 32, 32, "fp32", 2))
     result = autotune.run_job(
         job, sku=SKU, gpu_name="NVIDIA TestGPU", out_dir=tmp_path, budget_s=5, effort="quick", device="cpu",
-        pool_slots=8, autotune=lambda fn, args, budget, effort: searched,
-        time_us=fake_time,
-        slot_sets=lambda batch, pool, device: [torch.tensor([1, 5], dtype=torch.int32),
-                                               torch.tensor([6, 2], dtype=torch.int32)],
+        pool_slots=8, autotune=fake_search, time_us=_fake_timer(iter([10.0, 7.5]), timed_calls),
+        slot_sets=_two_sets,
     )  # fmt: skip
-    assert result.error is None, result.error
+    assert result.error is None and result.search_error is None, (result.error, result.search_error)
+    default = kd.DECODE_CONFIGS["fp32"] if kernel == "decode" else kv.VERIFY_CONFIGS[kernel.split("-")[1]]
+    [(fn, args, seeds)] = searches
+    assert seeds == [default]
+    assert fn is (kd._packed_decode if kernel == "decode" else kv._verify)
+    pools = [a for a in args if isinstance(a, torch.Tensor) and a.dim() == 4 and a.shape[-2:] == (32, 32)]
+    assert pools and all(p.shape[0] == 2 for p in pools)  # the search's state is the bucket's 2 slots
     assert timed_calls == [2, 2]
     assert (result.default_us, result.tuned_us, result.chosen) == (10.0, 7.5, "autotuned")
     loaded = tuned.load_file(result.path)
@@ -330,19 +346,61 @@ def test_an_autotune_job_checks_times_and_writes_the_faster_config(interp, tmp_p
     assert loaded.source_sha256 == tuned.source_sha256(kernel)
     assert loaded.versions == tuned.installed_versions()
     assert loaded.tuning["default_per_call_us"] == 10.0 and loaded.tuning["budget_seconds"] == 5
+    assert loaded.tuning["search_error"] is None
 
 
-def test_an_autotune_job_whose_search_fails_writes_nothing(tmp_path):
-    def broken(*_):
-        raise RuntimeError("no candidate compiled")
+def test_a_failed_search_still_writes_the_timed_default_and_says_so(interp, tmp_path, capsys):
+    """Helion finding nothing within the budget must not lose the bucket: the default alone is timed and
+    written as chosen, the search's failure is recorded in the file, the table and the exit code."""
 
+    def broken(*_, **__):
+        raise helion.exc.NoConfigFound()
+
+    timed_calls = []
     job = autotune.Job("decode", Bucket(2, 2, 32, 32, "fp32", 2))
     result = autotune.run_job(
         job, sku=SKU, gpu_name="x", out_dir=tmp_path, budget_s=5, effort="quick", device="cpu", pool_slots=8,
-        autotune=broken,
+        autotune=broken, time_us=_fake_timer(iter([9.0]), timed_calls), slot_sets=_two_sets,
     )  # fmt: skip
-    assert "no candidate compiled" in result.error and result.path is None
+    assert result.error is None and "NoConfigFound" in result.search_error
+    assert timed_calls == [2]  # only the default was timed
+    assert (result.default_us, result.tuned_us, result.chosen) == (9.0, None, "default")
+    loaded = tuned.load_file(result.path)
+    assert loaded.helion_config() == kd.DECODE_CONFIGS["fp32"]
+    assert loaded.tuning["chosen"] == "default" and "NoConfigFound" in loaded.tuning["search_error"]
+    assert loaded.tuning["autotuned_per_call_us"] is None and loaded.tuning["autotuned_config"] is None
+    table = autotune.render([result])
+    assert "SEARCH FAILED: NoConfigFound" in table and "9.00" in table and str(result.path) in table
+    assert "search gave nothing usable" in autotune.status_line(result)
+
+
+def test_an_autotuned_config_that_disagrees_with_the_default_is_not_written(interp, tmp_path, monkeypatch):
+    searched = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
+    monkeypatch.setattr(autotune, "_close", lambda got, want, tol: False)
+    timed_calls = []
+    result = autotune.run_job(
+        autotune.Job("decode", Bucket(2, 2, 32, 32, "fp32", 2)), sku=SKU, gpu_name="x", out_dir=tmp_path,
+        budget_s=5, effort="quick", device="cpu", pool_slots=8, autotune=lambda *a, **k: searched,
+        time_us=_fake_timer(iter([9.0, 1.0]), timed_calls), slot_sets=_two_sets,
+    )  # fmt: skip
+    assert "disagrees with the default" in result.search_error and timed_calls == [2]
+    loaded = tuned.load_file(result.path)
+    assert loaded.tuning["chosen"] == "default" and loaded.helion_config() == kd.DECODE_CONFIGS["fp32"]
+    assert loaded.tuning["autotuned_config"]["block_sizes"] == [4]  # recorded, not used
+
+
+def test_a_bucket_whose_default_cannot_run_gets_no_file(tmp_path, monkeypatch):
+    def broken_problem(*_):
+        raise RuntimeError("no inputs")
+
+    monkeypatch.setattr(autotune, "problem_for", broken_problem)
+    result = autotune.run_job(
+        autotune.Job("decode", Bucket(2, 2, 32, 32, "fp32", 2)), sku=SKU, gpu_name="x", out_dir=tmp_path,
+        budget_s=5, effort="quick", device="cpu", pool_slots=8,
+    )  # fmt: skip
+    assert "no inputs" in result.error and result.path is None
     assert not any(tmp_path.rglob("*.json"))
+    assert "FAILED, no file" in autotune.render([result])
 
 
 # ------------------------------------------------------------------------------------------------ selftest
@@ -415,10 +473,22 @@ def test_autotune_dry_run_prints_the_plan_and_budget(capsys, tmp_path):
     ]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "36 kernel/bucket tunes x 30 s search budget" in out and "up to 18 min" in out
+    assert "36 kernel/bucket tunes x 30 s search budget (effort quick)" in out and "up to 18 min" in out
     assert str(tmp_path / "h200" / "decode-h16-hv16-k128-v128-fp32-b48.json") in out
     assert str(tmp_path / "h200" / "verify-chain-h8-hv8-k128-v128-fp32-b1.json") in out
     assert not any(tmp_path.iterdir())
+
+
+def test_autotune_tunes_exactly_the_named_kernels_and_buckets(capsys, tmp_path):
+    argv = ["kernels", "autotune", "--sku", "h200", "--kernels", "decode,verify-chain", "--heads", "16"]
+    assert main([*argv, "--batches", "16,48", "--out", str(tmp_path), "--dry-run"]) == 0
+    planned = [line.split()[0:2] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert planned == [
+        ["decode", "h16-hv16-k128-v128-fp32-b16"],
+        ["decode", "h16-hv16-k128-v128-fp32-b48"],
+        ["verify-chain", "h16-hv16-k128-v128-fp32-b16"],
+        ["verify-chain", "h16-hv16-k128-v128-fp32-b48"],
+    ]
 
 
 def test_a_kernel_bucketed_by_tokens_registers_its_own_sizes(monkeypatch):
