@@ -5,8 +5,9 @@ Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
   and torch was built for the pinned CUDA;
 - SGLang's Helion KDA backend resolves to the kernels the arm asks for (`helion`: kdakit's,
   `helion-upstream`: SGLang's own Helion kernels, `triton`: SGLang's Triton adapter is importable);
-- tuned kernel configs shipped for this GPU's SKU: listed, and FAIL where their kernel source hash or
-  helion/triton/torch versions differ from what is installed (they would not be used);
+- tuned kernel configs shipped for this GPU's SKU: listed, and FAIL where their kernel source hash or helion
+  version differ from what is installed (they would not be used); one tuned with another triton/torch is
+  used, and listed as "active, tuned with other triton/torch: re-tune in the image";
 - with a GPU: a quick numerical parity of each Helion KDA kernel the arm runs against SGLang's Triton
   kernel for the same phase. Without a GPU these rows are SKIP.
 Exit code 1 when any check fails.
@@ -191,9 +192,10 @@ def gpu_checks(arm: str, facts: dict) -> list[Check]:
 
 
 def config_checks(arm: str, facts: dict, environ: dict | None = None) -> list[Check]:
-    """Tuned kernel configs: one row per shipped file for this GPU's SKU (PASS: used at run time, FAIL: stale,
-    its kernel source or versions differ from what is installed). Without a GPU, every shipped SKU's files are
-    checked for staleness; with none shipped for the GPU, one SKIP row says the defaults run."""
+    """Tuned kernel configs: one row per shipped file for this GPU's SKU (PASS: used at run time, flagged in
+    its text when tuned with another triton/torch; FAIL: refused, its kernel source or helion differ from what
+    is installed). Without a GPU, every shipped SKU's files are checked; with none shipped for the GPU, one
+    SKIP row says the defaults run."""
     name = "tuned kernel configs"
     if arm == "triton":
         return [Check(name, SKIP, "arm triton runs no kdakit kernel")]
@@ -232,16 +234,22 @@ def config_checks(arm: str, facts: dict, environ: dict | None = None) -> list[Ch
                 continue
             t = row.get("tuning", {})
             timing = ""
-            if "default_per_call_us" in t:
+            if t.get("autotuned_per_call_us") is not None:
                 timing = (
                     f": {t.get('chosen')} config, {t.get('autotuned_per_call_us')} us tuned vs "
                     f"{t.get('default_per_call_us')} us default"
+                )
+            elif "default_per_call_us" in t:
+                timing = (
+                    f": default config ({t.get('default_per_call_us')} us), search: {t.get('search_error')}"
                 )
             use = (
                 "ignored (KDAKIT_KERNEL_CONFIGS=default)"
                 if ignored
                 else ("active" if each == sku else "valid (no GPU to select it)")
             )
+            if row.get("flags"):
+                use += f", {tuned.FLAG_LABEL} ({'; '.join(row['flags'])})"
             checks.append(Check(label, PASS, f"{use}{timing}"))
     return checks
 

@@ -11,12 +11,22 @@ BATCH_BUCKETS that is >= B (B = 3 -> 4, B = 20 -> 24); batches above 48 use the 
 
 Selection, once per (kernel, bucket) and cached, so a call costs one dict lookup:
 1. a config set explicitly (`set_decode_config` / `set_verify_config`) wins;
-2. else the shipped file for the running GPU's SKU and the bucket, if its source hash and versions match
-   what is installed;
+2. else the shipped file for the running GPU's SKU and the bucket, under the version policy below;
 3. else the kernel module's default config, with ONE warning (KernelConfigWarning) per kernel and bucket
    that names the command which tunes it.
 Nothing is ever autotuned at run time. CPU tensors (the Triton interpreter) have no SKU: the default config
 runs silently unless KDAKIT_KERNEL_SKU names one.
+
+Version policy (what a file records vs what is installed):
+- kernel source hash or helion version differs: the file is REFUSED (the default runs, one warning). A
+  Helion config's per-load/per-loop lists are positional in the traced body, and helion's code generation
+  decides what they mean, so under another body or another helion they configure something else;
+- triton or torch version differs (torch compared without its local label): the file is USED but FLAGGED:
+  one warning naming the versions and the re-tune command, and `kdakit selftest` lists it as "active, tuned
+  with other triton/torch: re-tune in the image". The config still means the same thing to Helion; only its
+  measured advantage may not carry over to another compiler. Why not refuse: the configs we can measure are
+  tuned on the lent H200, whose torch/triton differ from the image's pins (pins.toml); refusing them would
+  ship nothing measured, trusting them silently would hide where they came from.
 
 Environment: KDAKIT_KERNEL_SKU (override the SKU derived from the GPU name), KDAKIT_KERNEL_CONFIG_DIR (read
 configs from another folder), KDAKIT_KERNEL_CONFIGS=default (ignore shipped configs, e.g. to compare).
@@ -86,7 +96,8 @@ _SKU_PATTERNS = (
 
 
 class KernelConfigWarning(UserWarning):
-    """A kernel runs its default config (no usable tuned config for this GPU and shape)."""
+    """A kernel runs its default config (no usable tuned config for this GPU and shape), or runs a tuned one
+    that was tuned with another triton/torch (see the version policy in the module doc)."""
 
 
 class ConfigFileError(ValueError):
@@ -263,17 +274,35 @@ def _base(version: str) -> str:
     return version.split("+")[0]
 
 
+REFUSING_PACKAGES = ("helion",)  # a config tuned with another version of these is not used
+FLAGGED_PACKAGES = ("triton", "torch")  # ... of these is used, with a warning
+
+
+def _version_differs(pkg: str, want: str, have: str) -> bool:
+    return _base(want) != _base(have) if pkg == "torch" else want != have
+
+
 def mismatches(tc: TunedConfig, versions: dict[str, str], source: str) -> list[str]:
-    """Why a tuned config must not be used here (empty: it may). torch compares without its local label."""
+    """Why a tuned config must not be used here (empty: it may): another kernel source or helion."""
     problems = []
     if tc.source_sha256 != source:
         problems.append(f"kernel source changed (tuned for {tc.source_sha256[:12]}, installed {source[:12]})")
-    for pkg in ("helion", "triton", "torch"):
-        want, have = tc.versions[pkg], versions[pkg]
-        same = _base(want) == _base(have) if pkg == "torch" else want == have
-        if not same:
-            problems.append(f"tuned with {pkg} {want}, installed {have}")
+    for pkg in REFUSING_PACKAGES:
+        if _version_differs(pkg, tc.versions[pkg], versions[pkg]):
+            problems.append(f"tuned with {pkg} {tc.versions[pkg]}, installed {versions[pkg]}")
     return problems
+
+
+def version_flags(tc: TunedConfig, versions: dict[str, str]) -> list[str]:
+    """Why a usable tuned config's timing may not hold here: it was tuned with another triton/torch."""
+    return [
+        f"tuned with {pkg} {tc.versions[pkg]}, installed {versions[pkg]}"
+        for pkg in FLAGGED_PACKAGES
+        if _version_differs(pkg, tc.versions[pkg], versions[pkg])
+    ]
+
+
+FLAG_LABEL = "tuned with other triton/torch: re-tune in the image"
 
 
 # ---------------------------------------------------------------------------------------------- selection
@@ -398,7 +427,8 @@ def _resolve(kernel: str, bucket: Bucket, default, device):
             why += f" ({len(errors)} unreadable file(s) in {directory / sku})"
         return default, Selection("default", None, why)
     tc, path = entry
-    problems = mismatches(tc, installed_versions(), source_sha256(kernel))
+    versions = installed_versions()
+    problems = mismatches(tc, versions, source_sha256(kernel))
     if problems:
         _warn_once(
             key,
@@ -406,6 +436,14 @@ def _resolve(kernel: str, bucket: Bucket, default, device):
             f"re-tune: {tune_command(kernel, sku, bucket)}",
         )
         return default, Selection("default", path, "; ".join(problems))
+    flags = version_flags(tc, versions)
+    if flags:
+        _warn_once(
+            key,
+            f"kdakit: tuned config {path} is used, but it was {'; '.join(flags)}: its measured advantage may "
+            f"not hold with these versions. Re-tune in the image: {tune_command(kernel, sku, bucket)}",
+        )
+        return tc.helion_config(), Selection("shipped", path, f"tuned on {tc.gpu_name}; {'; '.join(flags)}")
     return tc.helion_config(), Selection("shipped", path, f"tuned on {tc.gpu_name}")
 
 
@@ -441,13 +479,17 @@ def shipped_skus(directory: Path | None = None) -> list[str]:
 
 
 def inventory(sku: str, directory: Path | None = None) -> list[dict]:
-    """Every file for `sku`: path, kernel, bucket and whether it would be used here (problems if not)."""
+    """Every file for `sku`: path, kernel, bucket, whether it would be used here (`problems` if not) and
+    why its timing may not hold (`flags`: tuned with another triton/torch, used anyway)."""
     directory = Path(directory or config_dir())
     found, errors = _sku_index(str(directory), sku)
-    rows = [{"path": p, "kernel": None, "bucket": None, "problems": [e]} for p, e in errors.items()]
+    rows = [
+        {"path": p, "kernel": None, "bucket": None, "problems": [e], "flags": []} for p, e in errors.items()
+    ]
     versions = installed_versions() if found else {}
     for (kernel, bucket), (tc, path) in found.items():
         problems = mismatches(tc, versions, source_sha256(kernel))
-        row = {"path": path, "kernel": kernel, "bucket": bucket.slug(), "problems": problems}
+        flags = [] if problems else version_flags(tc, versions)
+        row = {"path": path, "kernel": kernel, "bucket": bucket.slug(), "problems": problems, "flags": flags}
         rows.append(row | {"tuning": tc.tuning})
     return sorted(rows, key=lambda r: r["path"])

@@ -168,17 +168,49 @@ def test_a_shipped_valid_config_is_selected_silently(tmp_path):
     ("override", "reason"),
     [
         ({"source_sha256": "0" * 64}, "kernel source changed"),
-        ({"versions": {**tuned.installed_versions(), "triton": "3.7.0"}}, "tuned with triton 3.7.0"),
         ({"versions": {**tuned.installed_versions(), "helion": "1.3.0"}}, "tuned with helion 1.3.0"),
-        ({"versions": {**tuned.installed_versions(), "torch": "2.13.0+cu130"}}, "tuned with torch 2.13.0"),
     ],
 )
-def test_a_stale_config_is_not_used_and_warns_once(override, reason):
+def test_a_config_for_another_kernel_source_or_helion_is_refused_and_warns_once(override, reason):
     tuned.write_file(_record(**override), tuned.config_dir())
     chosen, caught = _warnings_of(lambda: [tuned.select("decode", SMALL, DEFAULT) for _ in range(2)])
     assert chosen == [DEFAULT, DEFAULT]
-    assert len(caught) == 1 and reason in str(caught[0].message)
+    assert len(caught) == 1 and reason in str(caught[0].message) and "is not used" in str(caught[0].message)
     assert tuned.active()[0]["source"] == "default" and reason in tuned.active()[0]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("override", "reasons"),
+    [
+        ({"triton": "3.6.0"}, ["tuned with triton 3.6.0, installed"]),
+        ({"torch": "2.11.0+cu130"}, ["tuned with torch 2.11.0+cu130, installed"]),  # pins: ignore
+        (
+            {"triton": "3.6.0", "torch": "2.11.0+cu130"},  # pins: ignore
+            [
+                "tuned with triton 3.6.0, installed",
+                "tuned with torch 2.11.0+cu130, installed",
+            ],  # pins: ignore
+        ),
+    ],
+)
+def test_a_config_tuned_with_another_triton_or_torch_is_used_with_one_warning(override, reasons):
+    """The version policy: triton/torch differences keep the config (it is the only measured one) but flag
+    it once per bucket, naming the versions and the command that re-tunes it."""
+    installed = tuned.installed_versions()
+    assert all(installed[k] != v for k, v in override.items())  # the test means a real difference
+    tuned.write_file(_record(versions={**installed, **override}), tuned.config_dir())
+    chosen, caught = _warnings_of(lambda: [tuned.select("decode", SMALL, DEFAULT) for _ in range(3)])
+    assert chosen[0] == helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
+    assert chosen == [chosen[0]] * 3
+    assert len(caught) == 1
+    text = str(caught[0].message)
+    assert "is used" in text and all(r in text for r in reasons)
+    assert "kdakit kernels autotune --sku testgpu --kernels decode --heads 4 --batches 4" in text
+    [row] = tuned.active()
+    assert row["source"] == "shipped" and all(r in row["reason"] for r in reasons)
+    [inv] = tuned.inventory(SKU)
+    assert inv["problems"] == [] and len(inv["flags"]) == len(reasons)
+    assert all(r in f for r, f in zip(reasons, inv["flags"], strict=True))
 
 
 def test_torch_local_label_alone_does_not_make_a_config_stale():
@@ -415,6 +447,20 @@ def test_selftest_lists_active_configs_and_fails_stale_ones():
         good.status == "PASS" and "active" in good.detail and "8.0 us tuned vs 10.0 us default" in good.detail
     )
     assert bad.status == "FAIL" and "kernel source changed" in bad.detail
+
+
+def test_selftest_lists_a_config_tuned_with_other_triton_as_active_and_flagged():
+    versions = {**tuned.installed_versions(), "triton": "3.6.0"}
+    tuned.write_file(_record(versions=versions), tuned.config_dir())
+    tuned.write_file(_record(bucket=SMALL._replace(batch=8), versions={**versions, "helion": "0.9"}),
+                     tuned.config_dir())  # fmt: skip
+    rows = {c.name: c for c in selftest.config_checks("helion", {"gpu": False})}
+    flagged = rows[f"config {SKU}/decode-h2-hv4-k32-v32-fp32-b4.json"]
+    refused = rows[f"config {SKU}/decode-h2-hv4-k32-v32-fp32-b8.json"]
+    assert flagged.status == "PASS"
+    assert "active, tuned with other triton/torch: re-tune in the image" in flagged.detail
+    assert "tuned with triton 3.6.0" in flagged.detail
+    assert refused.status == "FAIL" and "tuned with helion 0.9" in refused.detail
 
 
 def test_selftest_skips_with_the_tune_command_when_none_are_shipped_for_the_gpu(monkeypatch):
