@@ -11,20 +11,24 @@ state kept V-first as M = S^T [V, K] like SGLang's pool):
     O       = scale (q * exp Gamma) S0 + Aqk Vnew
     S_next  = diag(exp Gamma_last) S0 + (k * exp(Gamma_last - Gamma))^T Vnew
 
-Four Helion kernels (five when the output is not fused into the state pass):
+Six Helion kernels (seven when the output is not fused into the state pass). Everything before the state
+pass is fully parallel and built from small programs (few warps, a [16 or 64, 32] tile at a time), so many
+run per SM: the intra-chunk work is latency-bound, not bandwidth-bound.
 
 1. `gate`: one program per (chunk, value head): gate activation from the raw gate, chunk-local cumsum in log2
-   units.
-2. `intra`: one program per (chunk, value head): the 64x64 L and Aqk from 16x16 blocks (each block
-   factorised around its own anchor row so that exp never overflows), then Tinv = (I + L)^-1 row block by
-   row block (diagonal blocks by the nilpotent product formula, the rest by block substitution).
-3. `recompute`: one program per (chunk, value head): W = Tinv diag(beta)(k exp Gamma), U = Tinv diag(beta) v
-   (written over v) as 64x64 @ 64xK tensor-core dots, plus k exp(Gamma_last - Gamma), scale q exp Gamma and
-   exp Gamma_last.
-4. `state`: one program per (sequence, value head, V tile): the only sequential part, over the chunks of one
+   units, 1/||q|| and 1/||k|| per token (the L2 norm), and the chunk's token span for the later kernels.
+2. `intra`: one program per (chunk, value head, 16-row block i): row block i of L and of Aqk, K in 32-wide
+   slices; the diagonal block factorised around its middle row, the blocks left of it around the block's
+   first row (so exp never overflows), the j < i blocks as a data-dependent loop.
+3. `solve`: one program per (chunk, value head): Tinv = (I + L)^-1 row block by row block (diagonal blocks
+   by the nilpotent product formula, the rest by block substitution), stored as 64-wide bf16 rows.
+4. `recompute_wk`: one program per (chunk, value head, K tile): W = Tinv diag(beta)(k exp Gamma) as a
+   64x64 @ 64x32 dot, k exp(Gamma_last - Gamma), scale q exp Gamma and exp Gamma_last.
+5. `recompute_u`: one program per (chunk, value head, V tile): U = Tinv diag(beta) v, written over v.
+6. `state`: one program per (sequence, value head, V tile): the only sequential part, over the chunks of one
    sequence, with the state kept K-first in registers; the output is fused in, so no per-chunk state goes
    through HBM.
-5. `output` (unfused mode, for tuning only): fully parallel output from stored per-chunk states.
+7. `output` (unfused mode): fully parallel output from stored per-chunk states.
 
 Every length enters the kernels as data (cu_seqlens and the per-sequence chunk ends, computed on the device
 with no host sync, so a captured call replays correctly with new lengths) or as a symbolic size, and each
@@ -63,7 +67,7 @@ def _size_one_key(*args) -> tuple:
 
 
 # --------------------------------------------------------------------------------------------------------
-# 1. gate activation + chunk-local cumsum (log2 units)
+# 1. gate activation + chunk-local cumsum (log2 units), chunk spans, q/k inverse norms
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -71,29 +75,37 @@ def _gate_cumsum_fn(
     g_rows: torch.Tensor,  # [T*HV, K] raw or pre-activated gate
     a_log: torch.Tensor,  # [HV] (unused in mode 0)
     dt_bias: torch.Tensor,  # [HV*K] (unused unless has_bias)
+    q_rows: torch.Tensor,  # [T, H*K] token rows (any row stride)
+    k_rows: torch.Tensor,  # [T, H*K]
     cu_seqlens: torch.Tensor,  # [N+1]
     chunk_ends: torch.Tensor,  # [N] int64: packed chunk index after the last chunk of each sequence
     gcum_rows: torch.Tensor,  # [T*HV, K] fp32 out
-    decay_rows: torch.Tensor,  # [M*HV, K] (only its size: M chunk slots)
+    rnorm_q: torch.Tensor,  # [T*HV] fp32 out: 1/||q|| per token and value head (ones without L2 norm)
+    rnorm_k: torch.Tensor,  # [T*HV] fp32 out
+    spans: torch.Tensor,  # [M, 2] int64 out: token range [start, end) of every chunk slot
     lower_bound: float,
     gate_mode: hl.constexpr,
     has_bias: hl.constexpr,
+    use_l2norm: hl.constexpr,
     HV: hl.constexpr,
+    GROUP: hl.constexpr,
 ) -> torch.Tensor:
-    M = decay_rows.size(0) // HV
+    M = spans.size(0)
     K = hl.specialize(g_rows.size(1))
-    hl.specialize((g_rows.stride(0), gcum_rows.stride(0)))
+    hl.specialize((g_rows.stride(0), gcum_rows.stride(0), q_rows.stride(0), k_rows.stride(0)))
     for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
-        # which sequence and chunk this program owns: count sequences whose chunks all end at or before it
+        # The only place that maps a chunk to its sequence (count the sequences whose chunks all end at or
+        # before it); the later kernels read the span. Every head writes the same span.
         count = hl.zeros([1], dtype=torch.int32)
         for tile_n in hl.tile(chunk_ends.size(0)):
             ends = chunk_ends[tile_n]
             count = count + (ends[None, :] <= tile_m.id).to(torch.int32).sum(1).to(torch.int32)
         seq = torch.clamp(count, max=chunk_ends.size(0) - 1).long()
         first = torch.where(seq > 0, chunk_ends[torch.clamp(seq - 1, min=0)], 0)
-        begin = cu_seqlens[seq].long()
         end = cu_seqlens[seq + 1].long()
-        start = begin + (tile_m.id - first) * 64
+        start = cu_seqlens[seq].long() + (tile_m.id - first) * 64
+        pair = hl.arange(2)
+        hl.store(spans, [tile_m.id, pair], torch.where(pair == 0, start, end))
         token = start + hl.arange(64)
         valid = token < end
         row = token * HV + tile_h.id
@@ -110,11 +122,22 @@ def _gate_cumsum_fn(
                 x = lower_bound * torch.sigmoid(a * x)
         x = torch.where(valid[:, None], x * 1.4426950216293335, 0.0)
         hl.store(gcum_rows, [row[:, None], kk[None, :]], hl.cumsum(x, 0), extra_mask=valid[:, None])
+        qk_cols = (tile_h.id // GROUP) * K + kk
+        xq = hl.load(q_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
+        xk = hl.load(k_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
+        if use_l2norm:
+            rq = torch.rsqrt((xq * xq).sum(1) + 1e-6)
+            rk = torch.rsqrt((xk * xk).sum(1) + 1e-6)
+        else:
+            rq = torch.where(valid, 1.0, 1.0)
+            rk = rq
+        hl.store(rnorm_q, [row], rq, extra_mask=valid)
+        hl.store(rnorm_k, [row], rk, extra_mask=valid)
     return gcum_rows
 
 
 # --------------------------------------------------------------------------------------------------------
-# 2. intra-chunk: L, Aqk, Tinv = (I+L)^-1;  then recompute: W, U, kg, qg, decay
+# 2. intra-chunk: L and Aqk by 16-row blocks;  solve: Tinv = (I+L)^-1;  recompute: W, kg, qg, decay;  U
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -142,191 +165,176 @@ def _invert_unit_lower_16(strict: torch.Tensor) -> torch.Tensor:
     return _dot32(inv, eye + n8)
 
 
-def _acc(blocks: dict, key, value):
-    return value if key not in blocks else blocks[key] + value
-
-
-def _load_unit(x_tok, token, valid, cols, rnorm):
-    """[16, len(cols)] fp32 rows of q or k, scaled by their precomputed inverse L2 norms (or 1)."""
-    x = hl.load(x_tok, [token[:, None], cols[None, :]], extra_mask=valid[:, None]).float()
-    return x * rnorm[:, None]
-
-
-def _inv_norm(x_tok, token, valid, cols, use_l2norm):
-    """1/sqrt(sum x^2 + 1e-6) per row (ones without the L2 norm), computed once per 16-row block."""
-    x = hl.load(x_tok, [token[:, None], cols[None, :]], extra_mask=valid[:, None]).float()
-    if use_l2norm:
-        return torch.rsqrt((x * x).sum(1) + 1e-6)
-    return torch.where(valid, 1.0, 1.0)
-
-
-def _intra_blocks(
-    q_rows, k_rows, gcum_rows, gcum_flat, beta_rows, aqk_rows, tinv_rows,
-    start, end, hv, scale, K, HV, GROUP, use_l2norm, beta_is_raw,
-):  # fmt: skip
-    """L and Aqk of one (chunk, value head) from 16x16 blocks, then Tinv = (I + L)^-1; stores Aqk, Tinv."""
-    kk = hl.arange(K)
-    lane = hl.arange(16)
-    tokens = [start + i * 16 + lane for i in range(4)]
-    masks = [t < end for t in tokens]
-    rows = [t * HV + hv for t in tokens]
-    qk_col0 = (hv // GROUP) * K  # q/k head columns within a token row
-    betas = []
-    for i in range(4):
-        b = hl.load(beta_rows, [rows[i]], extra_mask=masks[i]).float()
-        if beta_is_raw:
-            b = torch.sigmoid(b)
-        betas.append(torch.where(masks[i], b, 0.0))
-    strict = lane[:, None] > lane[None, :]
-    causal = lane[:, None] >= lane[None, :]
-    rn_k = [_inv_norm(k_rows, tokens[i], masks[i], qk_col0 + kk, use_l2norm) for i in range(4)]
-    rn_q = [_inv_norm(q_rows, tokens[i], masks[i], qk_col0 + kk, use_l2norm) for i in range(4)]
-
-    def anchor(token, cols):
-        # an in-bounds row of this chunk (padding chunks: never stored, any finite value will do)
-        token = torch.clamp(torch.minimum(token, end - 1), min=0)
-        return hl.load(gcum_flat, [(token * HV + hv) * K + cols])
-
-    # Row block by row block: the 16x16 blocks of L (beta-scaled, strictly lower) and of Aqk (scaled,
-    # causal; zeros stored above the diagonal so that the output pass can use whole 64-wide rows), then at
-    # once row block i of Tinv = (I + L)^-1:  Tinv[i,i] = (I + L[i,i])^-1,
-    # Tinv[i,j] = -Tinv[i,i] @ sum_{j<=m<i} L[i,m] @ Tinv[m,j].  L of row i dies here, keeping few 16x16
-    # blocks live (each costs ~8 registers a thread in the MMA layout whatever the warp count).
-    inv = {}
-    zero = hl.zeros([16, 16], dtype=torch.float32)
-    for i in range(4):
-        row_mask = masks[i][:, None]
-        akk = {}
-        aqk = {}
-        # The K reduction runs in 32-wide slices: a 16-row dot replicates its operands in every warp, so
-        # full-K operands would take most of the register file.
-        for ks in range(K // 32):
-            cols = ks * 32 + hl.arange(32)
-            ki = _load_unit(k_rows, tokens[i], masks[i], qk_col0 + cols, rn_k[i])
-            qi = _load_unit(q_rows, tokens[i], masks[i], qk_col0 + cols, rn_q[i])
-            gi = hl.load(gcum_rows, [rows[i][:, None], cols[None, :]], extra_mask=row_mask)
-            # diagonal block, factorised around its middle row
-            g_mid = anchor(start + i * 16 + 8, cols)
-            up = _exp2c(gi - g_mid[None, :])
-            kd = (ki * _exp2c(g_mid[None, :] - gi)).T
-            akk[i] = _acc(akk, i, _dot32(ki * up, kd))
-            aqk[i] = _acc(aqk, i, _dot32(qi * up, kd))
-            if i > 0:
-                # blocks left of the diagonal, factorised around the first row of block i: factors <= 1
-                g_first = anchor(start + i * 16, cols)
-                left = _exp2c(gi - g_first[None, :])
-                kl = (ki * left).to(torch.bfloat16)
-                ql = (qi * left).to(torch.bfloat16)
-                for j in range(i):
-                    kj = _load_unit(k_rows, tokens[j], masks[j], qk_col0 + cols, rn_k[j])
-                    gj = hl.load(gcum_rows, [rows[j][:, None], cols[None, :]], extra_mask=masks[j][:, None])
-                    kr = (kj * _exp2c(g_first[None, :] - gj)).to(torch.bfloat16).T
-                    akk[j] = _acc(akk, j, _dot32(kl, kr))
-                    aqk[j] = _acc(aqk, j, _dot32(ql, kr))
-        akk[i] = torch.where(strict & row_mask, akk[i] * betas[i][:, None], 0.0)
-        for j in range(i):
-            akk[j] = torch.where(row_mask, akk[j] * betas[i][:, None], 0.0)
-        for j in range(4):
-            if j < i:
-                val = aqk[j] * scale
-            elif j == i:
-                val = torch.where(causal, aqk[i] * scale, 0.0)
-            else:
-                val = zero
-            hl.store(aqk_rows, [rows[i][:, None], (j * 16 + lane)[None, :]], val.to(aqk_rows.dtype),
-                     extra_mask=row_mask)  # fmt: skip
-        # row block i of Tinv, stored as 64-wide bf16 rows for the recompute kernel
-        inv[(i, i)] = _invert_unit_lower_16(akk[i])
-        for j in range(i - 1, -1, -1):
-            acc = _dot32(akk[j], inv[(j, j)])
-            for m in range(j + 1, i):
-                acc = acc + _dot32(akk[m], inv[(m, j)])
-            inv[(i, j)] = -_dot32(inv[(i, i)], acc)
-        for j in range(4):
-            val = inv[(i, j)].to(tinv_rows.dtype) if j <= i else zero.to(tinv_rows.dtype)
-            hl.store(tinv_rows, [rows[i][:, None], (j * 16 + lane)[None, :]], val, extra_mask=row_mask)
-
-
 def _intra_chunk_fn(
     q_rows: torch.Tensor,  # [T, H*K] token rows (any row stride)
     k_rows: torch.Tensor,  # [T, H*K]
     gcum_rows: torch.Tensor,  # [T*HV, K] fp32 log2 cumsum
-    gcum_flat: torch.Tensor,  # the same, flat (single-row loads)
     beta_rows: torch.Tensor,  # [T*HV]
-    cu_seqlens: torch.Tensor,
-    chunk_ends: torch.Tensor,
-    aqk_rows: torch.Tensor,  # [T*HV, 64] out
-    tinv_rows: torch.Tensor,  # [T*HV, 64] out: (I + L)^-1, bf16
-    decay_rows: torch.Tensor,  # [M*HV, K] (only its size: M chunk slots)
+    rnorm_q: torch.Tensor,  # [T*HV] fp32
+    rnorm_k: torch.Tensor,  # [T*HV] fp32
+    spans: torch.Tensor,  # [M, 2] int64
+    akk_rows: torch.Tensor,  # [T*HV, 64] fp32 out: L (beta-scaled, strictly lower; blocks above not written)
+    aqk_rows: torch.Tensor,  # [T*HV, 64] bf16 out: scaled causal Aqk, zeros above the diagonal
     scale: float,
-    use_l2norm: hl.constexpr,
     beta_is_raw: hl.constexpr,
     HV: hl.constexpr,
     GROUP: hl.constexpr,
 ) -> torch.Tensor:
-    M = decay_rows.size(0) // HV
+    """One program per (chunk, value head, 16-row block i): row block i of L and of Aqk.
+
+    Small programs (a [16, block_k] slice of q, k and the gate at a time) keep registers low, so many run
+    per SM; the j < i blocks are a data-dependent loop, so no program computes blocks it does not need."""
+    M = spans.size(0)
     K = hl.specialize(gcum_rows.size(1))
     hl.specialize((q_rows.stride(0), k_rows.stride(0), gcum_rows.stride(0)))
+    block_k = hl.register_block_size(16, K)
+    for tile_m, tile_h, tile_i in hl.tile([M, HV, 4], block_size=[1, 1, 1]):
+        start = spans[tile_m.id, 0]
+        end = spans[tile_m.id, 1]
+        hv = tile_h.id
+        col0 = (hv // GROUP) * K  # q/k head columns within a token row
+        lane = hl.arange(16)
+        tok_i = start + tile_i.id * 16 + lane
+        m_i = tok_i < end
+        row_i = tok_i * HV + hv
+        rq_i = hl.load(rnorm_q, [row_i], extra_mask=m_i)
+        rk_i = hl.load(rnorm_k, [row_i], extra_mask=m_i)
+        b_i = hl.load(beta_rows, [row_i], extra_mask=m_i).float()
+        if beta_is_raw:
+            b_i = torch.sigmoid(b_i)
+        b_i = torch.where(m_i, b_i, 0.0)
+        # anchor rows (clamped in bounds; a block past the end stores nothing, any finite value will do)
+        mid_row = torch.clamp(torch.minimum(start + tile_i.id * 16 + 8, end - 1), min=0) * HV + hv
+        first_row = torch.clamp(torch.minimum(start + tile_i.id * 16, end - 1), min=0) * HV + hv
+
+        # diagonal block, factorised around its middle row (exponents of both factors stay small)
+        acc_kk = hl.zeros([16, 16], dtype=torch.float32)
+        acc_qk = hl.zeros([16, 16], dtype=torch.float32)
+        for tile_k in hl.tile(K, block_size=block_k):
+            cols = tile_k.index
+            ki = hl.load(k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]).float()
+            qi = hl.load(q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]).float()
+            gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+            g_mid = hl.load(gcum_rows, [mid_row, cols])[None, :]
+            up = _exp2c(gi - g_mid)
+            kd = (ki * rk_i[:, None] * _exp2c(g_mid - gi)).T
+            acc_kk = acc_kk + _dot32(ki * rk_i[:, None] * up, kd)
+            acc_qk = acc_qk + _dot32(qi * rq_i[:, None] * up, kd)
+        strict = lane[:, None] > lane[None, :]
+        causal = lane[:, None] >= lane[None, :]
+        diag_cols = tile_i.id * 16 + lane
+        l_diag = torch.where(strict & m_i[:, None], acc_kk * b_i[:, None], 0.0)
+        hl.store(akk_rows, [row_i[:, None], diag_cols[None, :]], l_diag, extra_mask=m_i[:, None])
+        a_diag = torch.where(causal, acc_qk * scale, 0.0).to(aqk_rows.dtype)
+        hl.store(aqk_rows, [row_i[:, None], diag_cols[None, :]], a_diag, extra_mask=m_i[:, None])
+        # Aqk rows are read whole by the state pass: zeros right of the diagonal block
+        for tile_z in hl.tile(tile_i.id * 16 + 16, 64, block_size=16):
+            zeros = hl.zeros([16, 16], dtype=aqk_rows.dtype)
+            hl.store(
+                aqk_rows, [row_i[:, None], (tile_z.begin + lane)[None, :]], zeros, extra_mask=m_i[:, None]
+            )
+
+        # blocks left of the diagonal, factorised around the first row of block i: both factors <= 1
+        for tile_j in hl.tile(tile_i.id * 16, block_size=16):
+            cols_j = tile_j.begin + lane  # the tile's 16 rows as columns of row block i
+            tok_j = start + cols_j
+            m_j = tok_j < end
+            row_j = tok_j * HV + hv
+            rk_j = hl.load(rnorm_k, [row_j], extra_mask=m_j)
+            off_kk = hl.zeros([16, 16], dtype=torch.float32)
+            off_qk = hl.zeros([16, 16], dtype=torch.float32)
+            for tile_k in hl.tile(K, block_size=block_k):
+                cols = tile_k.index
+                ki = hl.load(k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]).float()
+                qi = hl.load(q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]).float()
+                gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                g_first = hl.load(gcum_rows, [first_row, cols])[None, :]
+                left = _exp2c(gi - g_first)
+                kj = hl.load(k_rows, [tok_j[:, None], col0 + cols[None, :]], extra_mask=m_j[:, None]).float()
+                gj = hl.load(gcum_rows, [row_j[:, None], cols[None, :]], extra_mask=m_j[:, None])
+                kr = (kj * rk_j[:, None] * _exp2c(g_first - gj)).to(torch.bfloat16).T
+                off_kk = off_kk + _dot32((ki * rk_i[:, None] * left).to(torch.bfloat16), kr)
+                off_qk = off_qk + _dot32((qi * rq_i[:, None] * left).to(torch.bfloat16), kr)
+            l_off = torch.where(m_i[:, None], off_kk * b_i[:, None], 0.0)
+            hl.store(akk_rows, [row_i[:, None], cols_j[None, :]], l_off, extra_mask=m_i[:, None])
+            hl.store(aqk_rows, [row_i[:, None], cols_j[None, :]], (off_qk * scale).to(aqk_rows.dtype),
+                     extra_mask=m_i[:, None])  # fmt: skip
+    return aqk_rows
+
+
+def _invert_rows(akk_rows, tinv_rows, start, end, hv, HV):
+    """Tinv = (I + L)^-1 of one chunk, row block by row block (a plain Python helper: its loops unroll).
+
+    Tinv[i,i] = (I + L[i,i])^-1 by the nilpotent product;
+    Tinv[i,j] = -Tinv[i,i] sum_{j<=m<i} L[i,m] Tinv[m,j]."""
+    lane = hl.arange(16)
+    zero = hl.zeros([16, 16], dtype=torch.float32)
+    inv = {}
+    for i in range(4):
+        tok = start + i * 16 + lane
+        mask = tok < end
+        row = tok * HV + hv
+        blocks = [
+            hl.load(akk_rows, [row[:, None], (j * 16 + lane)[None, :]], extra_mask=mask[:, None])
+            for j in range(i + 1)
+        ]
+        inv[(i, i)] = _invert_unit_lower_16(blocks[i])
+        for j in range(i - 1, -1, -1):
+            acc = _dot32(blocks[j], inv[(j, j)])
+            for m in range(j + 1, i):
+                acc = acc + _dot32(blocks[m], inv[(m, j)])
+            inv[(i, j)] = -_dot32(inv[(i, i)], acc)
+        for j in range(4):
+            val = inv[(i, j)] if j <= i else zero
+            hl.store(tinv_rows, [row[:, None], (j * 16 + lane)[None, :]], val.to(tinv_rows.dtype),
+                     extra_mask=mask[:, None])  # fmt: skip
+
+
+def _solve_fn(
+    akk_rows: torch.Tensor,  # [T*HV, 64] fp32: L (strictly lower blocks)
+    spans: torch.Tensor,  # [M, 2] int64
+    tinv_rows: torch.Tensor,  # [T*HV, 64] bf16 out: (I + L)^-1, zeros above the diagonal
+    HV: hl.constexpr,
+) -> torch.Tensor:
+    """One program per (chunk, value head): Tinv = (I + L)^-1 (see `_invert_rows`)."""
+    M = spans.size(0)
     for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
-        # which sequence and chunk this program owns: count sequences whose chunks all end at or before it
-        count = hl.zeros([1], dtype=torch.int32)
-        for tile_n in hl.tile(chunk_ends.size(0)):
-            ends = chunk_ends[tile_n]
-            count = count + (ends[None, :] <= tile_m.id).to(torch.int32).sum(1).to(torch.int32)
-        seq = torch.clamp(count, max=chunk_ends.size(0) - 1).long()
-        first = torch.where(seq > 0, chunk_ends[torch.clamp(seq - 1, min=0)], 0)
-        begin = cu_seqlens[seq].long()
-        end = cu_seqlens[seq + 1].long()
-        start = begin + (tile_m.id - first) * 64
-        _intra_blocks(
-            q_rows, k_rows, gcum_rows, gcum_flat, beta_rows, aqk_rows, tinv_rows,
-            start, end, tile_h.id, scale, K, HV, GROUP, use_l2norm, beta_is_raw,
-        )  # fmt: skip
+        _invert_rows(akk_rows, tinv_rows, spans[tile_m.id, 0], spans[tile_m.id, 1], tile_h.id, HV)
     return tinv_rows
 
 
-def _recompute_fn(
-    q_rows: torch.Tensor,  # [T, H*K] token rows (any row stride)
+def _recompute_wk_fn(
+    q_rows: torch.Tensor,  # [T, H*K]
     k_rows: torch.Tensor,  # [T, H*K]
-    v_rows: torch.Tensor,  # [T, HV*V] in: v, out: U
     gcum_rows: torch.Tensor,  # [T*HV, K] fp32
-    gcum_flat: torch.Tensor,
     beta_rows: torch.Tensor,  # [T*HV]
-    cu_seqlens: torch.Tensor,
-    chunk_ends: torch.Tensor,
+    rnorm_q: torch.Tensor,  # [T*HV] fp32
+    rnorm_k: torch.Tensor,  # [T*HV] fp32
+    spans: torch.Tensor,  # [M, 2] int64
     tinv_rows: torch.Tensor,  # [T*HV, 64] bf16
     w_rows: torch.Tensor,  # [T*HV, K] out: Tinv diag(beta) (k exp Gamma)
     kg_rows: torch.Tensor,  # [T*HV, K] out: k exp(Gamma_last - Gamma)
     qg_rows: torch.Tensor,  # [T*HV, K] out: scale q exp Gamma
     decay_rows: torch.Tensor,  # [M*HV, K] fp32 out: exp2(Gamma_last)
     scale: float,
-    use_l2norm: hl.constexpr,
     beta_is_raw: hl.constexpr,
     HV: hl.constexpr,
     GROUP: hl.constexpr,
 ) -> torch.Tensor:
-    M = decay_rows.size(0) // HV
+    """One program per (chunk, value head, K tile): W, kg, qg and the chunk decay for those columns."""
+    M = spans.size(0)
     K = hl.specialize(gcum_rows.size(1))
-    V = hl.specialize(v_rows.size(1)) // HV
-    hl.specialize((q_rows.stride(0), k_rows.stride(0), v_rows.stride(0), gcum_rows.stride(0)))
-    block_v = hl.register_block_size(16, V)
-    for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
-        # which sequence and chunk this program owns: count sequences whose chunks all end at or before it
-        count = hl.zeros([1], dtype=torch.int32)
-        for tile_n in hl.tile(chunk_ends.size(0)):
-            ends = chunk_ends[tile_n]
-            count = count + (ends[None, :] <= tile_m.id).to(torch.int32).sum(1).to(torch.int32)
-        seq = torch.clamp(count, max=chunk_ends.size(0) - 1).long()
-        first = torch.where(seq > 0, chunk_ends[torch.clamp(seq - 1, min=0)], 0)
-        begin = cu_seqlens[seq].long()
-        end = cu_seqlens[seq + 1].long()
-        start = begin + (tile_m.id - first) * 64
+    hl.specialize((q_rows.stride(0), k_rows.stride(0), gcum_rows.stride(0)))
+    block_k = hl.register_block_size(16, K)
+    for tile_m, tile_h, tile_c in hl.tile([M, HV, K], block_size=[1, 1, block_k]):
+        start = spans[tile_m.id, 0]
+        end = spans[tile_m.id, 1]
         hv = tile_h.id
         token = start + hl.arange(64)
         valid = token < end
         row = token * HV + hv
-        qk_cols = (hv // GROUP) * K + hl.arange(K)
-        kk = hl.arange(K)
+        cols = tile_c.index
+        qk_cols = (hv // GROUP) * K + cols
         tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
         beta = hl.load(beta_rows, [row], extra_mask=valid).float()
         if beta_is_raw:
@@ -334,31 +342,60 @@ def _recompute_fn(
         beta = torch.where(valid, beta, 0.0)
         # last row of the chunk (padding chunks: any in-bounds row; nothing of theirs is stored but decay)
         last = torch.clamp(torch.minimum(start + 63, end - 1), min=0)
-        g_last = hl.load(gcum_flat, [(last * HV + hv) * K + kk])
-        hl.store(decay_rows, [tile_m.id * HV + hv, kk], torch.exp2(torch.clamp(g_last, max=0.0)))
-        gam = hl.load(gcum_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
-        k = hl.load(k_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
-        if use_l2norm:
-            k = k * torch.rsqrt((k * k).sum(1) + 1e-6)[:, None]
+        g_last = hl.load(gcum_rows, [last * HV + hv, cols])
+        hl.store(decay_rows, [tile_m.id * HV + hv, cols], torch.exp2(torch.clamp(g_last, max=0.0)))
+        gam = hl.load(gcum_rows, [row[:, None], cols[None, :]], extra_mask=valid[:, None])
+        rk = hl.load(rnorm_k, [row], extra_mask=valid)
+        k = (
+            hl.load(k_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
+            * rk[:, None]
+        )
         eg = torch.exp2(torch.clamp(gam, max=0.0))
         kb = (k * eg * beta[:, None]).to(torch.bfloat16)
-        hl.store(
-            w_rows, [row[:, None], kk[None, :]], _dot32(tinv, kb).to(w_rows.dtype), extra_mask=valid[:, None]
-        )
-        kg = k * torch.exp2(torch.clamp(g_last[None, :] - gam, max=0.0))
-        hl.store(kg_rows, [row[:, None], kk[None, :]], kg.to(kg_rows.dtype), extra_mask=valid[:, None])
-        q = hl.load(q_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
-        if use_l2norm:
-            q = q * torch.rsqrt((q * q).sum(1) + 1e-6)[:, None]
-        hl.store(qg_rows, [row[:, None], kk[None, :]], (q * eg * scale).to(qg_rows.dtype),
+        hl.store(w_rows, [row[:, None], cols[None, :]], _dot32(tinv, kb).to(w_rows.dtype),
                  extra_mask=valid[:, None])  # fmt: skip
-        # U = Tinv diag(beta) v, written over v (each V tile is read before it is written)
-        for tile_v in hl.tile(V, block_size=block_v):
-            v_cols = hv * V + tile_v.index
-            vt = hl.load(v_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
-            u = _dot32(tinv, (vt * beta[:, None]).to(torch.bfloat16))
-            hl.store(v_rows, [token[:, None], v_cols[None, :]], u.to(v_rows.dtype), extra_mask=valid[:, None])
+        kg = k * torch.exp2(torch.clamp(g_last[None, :] - gam, max=0.0))
+        hl.store(kg_rows, [row[:, None], cols[None, :]], kg.to(kg_rows.dtype), extra_mask=valid[:, None])
+        rq = hl.load(rnorm_q, [row], extra_mask=valid)
+        q = (
+            hl.load(q_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
+            * rq[:, None]
+        )
+        hl.store(qg_rows, [row[:, None], cols[None, :]], (q * eg * scale).to(qg_rows.dtype),
+                 extra_mask=valid[:, None])  # fmt: skip
     return w_rows
+
+
+def _recompute_u_fn(
+    v_rows: torch.Tensor,  # [T, HV*V] in: v, out: U
+    beta_rows: torch.Tensor,  # [T*HV]
+    spans: torch.Tensor,  # [M, 2] int64
+    tinv_rows: torch.Tensor,  # [T*HV, 64] bf16
+    beta_is_raw: hl.constexpr,
+    HV: hl.constexpr,
+) -> torch.Tensor:
+    """One program per (chunk, value head, V tile): U = Tinv diag(beta) v, written over v (read first)."""
+    M = spans.size(0)
+    V = hl.specialize(v_rows.size(1)) // HV
+    hl.specialize(v_rows.stride(0))
+    block_v = hl.register_block_size(16, V)
+    for tile_m, tile_h, tile_v in hl.tile([M, HV, V], block_size=[1, 1, block_v]):
+        start = spans[tile_m.id, 0]
+        end = spans[tile_m.id, 1]
+        hv = tile_h.id
+        token = start + hl.arange(64)
+        valid = token < end
+        row = token * HV + hv
+        tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
+        beta = hl.load(beta_rows, [row], extra_mask=valid).float()
+        if beta_is_raw:
+            beta = torch.sigmoid(beta)
+        beta = torch.where(valid, beta, 0.0)
+        v_cols = hv * V + tile_v.index
+        vt = hl.load(v_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
+        u = _dot32(tinv, (vt * beta[:, None]).to(torch.bfloat16))
+        hl.store(v_rows, [token[:, None], v_cols[None, :]], u.to(v_rows.dtype), extra_mask=valid[:, None])
+    return v_rows
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -469,28 +506,18 @@ def _chunk_output_fn(
     qg_rows: torch.Tensor,
     aqk_rows: torch.Tensor,
     h_rows: torch.Tensor,  # [M*HV*V, K] bf16
-    decay_rows: torch.Tensor,  # [M*HV, K] (only its size: M chunk slots)
-    cu_seqlens: torch.Tensor,
-    chunk_ends: torch.Tensor,
+    spans: torch.Tensor,  # [M, 2] int64
     HV: hl.constexpr,
 ) -> torch.Tensor:
-    M = decay_rows.size(0) // HV
+    M = spans.size(0)
     K = hl.specialize(qg_rows.size(1))
     V = hl.specialize(u_rows.size(1)) // HV
     hl.specialize((u_rows.stride(0), qg_rows.stride(0)))
     block_v = hl.register_block_size(16, V)
     for tile_m, tile_h, tile_v in hl.tile([M, HV, V], block_size=[1, 1, block_v]):
         hv = tile_h.id
-        # which sequence and chunk this program owns: count sequences whose chunks all end at or before it
-        count = hl.zeros([1], dtype=torch.int32)
-        for tile_n in hl.tile(chunk_ends.size(0)):
-            ends = chunk_ends[tile_n]
-            count = count + (ends[None, :] <= tile_m.id).to(torch.int32).sum(1).to(torch.int32)
-        seq = torch.clamp(count, max=chunk_ends.size(0) - 1).long()
-        first = torch.where(seq > 0, chunk_ends[torch.clamp(seq - 1, min=0)], 0)
-        begin = cu_seqlens[seq].long()
-        end = cu_seqlens[seq + 1].long()
-        start = begin + (tile_m.id - first) * 64
+        start = spans[tile_m.id, 0]
+        end = spans[tile_m.id, 1]
         token = start + hl.arange(64)
         valid = token < end
         row = token * HV + hv
@@ -510,14 +537,23 @@ def _chunk_output_fn(
 # configs and the entry point
 # --------------------------------------------------------------------------------------------------------
 
-# Fixed configs (no runtime autotuning). block_sizes: intra = [U tile], state/output = [V tile].
+# Fixed configs (no runtime autotuning). Small programs with few warps: the intra-chunk work is many 16-row
+# and 64-row dots, and a program that holds little runs many to an SM (8-warp versions of these kernels
+# used 255 registers a thread, one program per SM, and were latency-bound: 250 and 191 us at 1x4096).
 DEFAULT_CONFIGS: dict[str, dict] = {
-    # block_sizes in trace order: [sequence-search tile, then the kernel's own tile]
-    "gate": {"block_sizes": [32], "num_warps": 8, "num_stages": 1, "indexing": "pointer"},
-    "intra": {"block_sizes": [32], "num_warps": 8, "num_stages": 1, "indexing": "pointer"},
-    "recompute": {"block_sizes": [32, 64], "num_warps": 8, "num_stages": 1, "indexing": "pointer"},
-    "state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},
-    "output": {"block_sizes": [32, 32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},
+    # block_sizes in trace order
+    "gate": {
+        "block_sizes": [32],
+        "num_warps": 8,
+        "num_stages": 1,
+        "indexing": "pointer",
+    },  # [sequence search]
+    "intra": {"block_sizes": [32], "num_warps": 2, "num_stages": 2, "indexing": "pointer"},  # [K slice]
+    "solve": {"block_sizes": [], "num_warps": 2, "num_stages": 1, "indexing": "pointer"},
+    "recompute_wk": {"block_sizes": [32], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [K tile]
+    "recompute_u": {"block_sizes": [32], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [V tile]
+    "state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},  # [V tile]
+    "output": {"block_sizes": [32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},  # [V tile]
 }
 # Fusing the output into the state pass keeps per-chunk states out of HBM.
 DEFAULT_FUSE_OUTPUT = True
@@ -525,7 +561,9 @@ DEFAULT_FUSE_OUTPUT = True
 _FNS = {
     "gate": _gate_cumsum_fn,
     "intra": _intra_chunk_fn,
-    "recompute": _recompute_fn,
+    "solve": _solve_fn,
+    "recompute_wk": _recompute_wk_fn,
+    "recompute_u": _recompute_u_fn,
     "state": _state_pass_fn,
     "output": _chunk_output_fn,
 }
@@ -712,22 +750,30 @@ def chunk_kda(
     has_bias = bias is not None
     bias = bias.reshape(HV * K) if has_bias else a_log
     gcum = torch.empty(total * HV, K, dtype=torch.float32, device=dev)
-    decay = torch.empty(slots * HV, K, dtype=torch.float32, device=dev)
+    rnorm_q = torch.empty(total * HV, dtype=torch.float32, device=dev)
+    rnorm_k = torch.empty_like(rnorm_q)
+    spans = torch.empty(slots, 2, dtype=torch.int64, device=dev)
+    l2norm, raw_beta, group = bool(use_qk_l2norm_in_kernel), bool(beta_is_raw), HV // H
     _kernels["gate"](
-        g_rows, a_log, bias, cu, ends, gcum, decay,
-        float(lower_bound if lower_bound is not None else 0.0), gate_mode, has_bias, HV,
+        g_rows, a_log, bias, q_rows, k_rows, cu, ends, gcum, rnorm_q, rnorm_k, spans,
+        float(lower_bound if lower_bound is not None else 0.0), gate_mode, has_bias, l2norm, HV, group,
     )  # fmt: skip
-
+    akk = torch.empty(total * HV, CHUNK, dtype=torch.float32, device=dev)
     aqk = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
+    _kernels["intra"](
+        q_rows, k_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, akk, aqk, float(scale), raw_beta, HV, group
+    )
     tinv = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
-    flags = (float(scale), bool(use_qk_l2norm_in_kernel), bool(beta_is_raw), HV, HV // H)
-    _kernels["intra"](q_rows, k_rows, gcum, gcum.view(-1), beta_rows, cu, ends, aqk, tinv, decay, *flags)
+    _kernels["solve"](akk, spans, tinv, HV)
     w = torch.empty(total * HV, K, dtype=act, device=dev)
     kg = torch.empty_like(w)
     qg = torch.empty_like(w)
-    _kernels["recompute"](
-        q_rows, k_rows, v_rows, gcum, gcum.view(-1), beta_rows, cu, ends, tinv, w, kg, qg, decay, *flags
-    )
+    decay = torch.empty(slots * HV, K, dtype=torch.float32, device=dev)
+    _kernels["recompute_wk"](
+        q_rows, k_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, tinv, w, kg, qg, decay, float(scale),
+        raw_beta, HV, group,
+    )  # fmt: skip
+    _kernels["recompute_u"](v_rows, beta_rows, spans, tinv, raw_beta, HV)
 
     fuse = _fuse_output and not output_intermediate_states
     need_h = output_intermediate_states or not fuse
@@ -747,7 +793,7 @@ def chunk_kda(
         h, track_rows, track_chunk, fuse, need_h, has_track, HV,
     )  # fmt: skip
     if not fuse:
-        _kernels["output"](v_rows, qg, aqk, h, decay, cu, ends, HV)
+        _kernels["output"](v_rows, qg, aqk, h, spans, HV)
 
     o = out
     if output_intermediate_states:

@@ -33,28 +33,49 @@ def example_args(fuse: bool, H=16, HV=16, K=128, V=128, T=130, M=3) -> dict[str,
     bf, e = torch.bfloat16, torch.empty
     rows = T * HV
     cu, ends = torch.zeros(2, dtype=torch.int32), torch.ones(1, dtype=torch.int64)
-    flags = (0.088, True, True, HV, HV // H)
     q, k, v = e(T, H * K, dtype=bf), e(T, H * K, dtype=bf), e(T, HV * V, dtype=bf)
-    gcum, act64 = e(rows, K), e(rows, 64, dtype=bf)
+    gcum, act64, beta = e(rows, K), e(rows, 64, dtype=bf), e(rows, dtype=bf)
+    rn, spans, scale = e(rows), torch.zeros(M, 2, dtype=torch.int64), 0.088
+    wkq = [e(rows, K, dtype=bf) for _ in range(3)]
     return {
-        "gate": (e(rows, K, dtype=bf), e(HV), e(HV * K), cu, ends, gcum, e(M * HV, K), -5.0, 2, True, HV),
-        "intra": (q, k, gcum, gcum.view(-1), e(rows, dtype=bf), cu, ends, act64, act64, e(M * HV, K), *flags),
-        "recompute": (
+        "gate": (
+            e(rows, K, dtype=bf),
+            e(HV),
+            e(HV * K),
             q,
             k,
-            v,
-            gcum,
-            gcum.view(-1),
-            e(rows, dtype=bf),
             cu,
             ends,
-            act64,
-            e(rows, K, dtype=bf),
-            e(rows, K, dtype=bf),
-            e(rows, K, dtype=bf),
-            e(M * HV, K),
-            *flags,
+            gcum,
+            rn,
+            rn,
+            spans,
+            -5.0,
+            2,
+            True,
+            True,
+            HV,
+            HV // H,
         ),  # fmt: skip
+        "intra": (q, k, gcum, beta, rn, rn, spans, e(rows, 64), act64, scale, True, HV, HV // H),
+        "solve": (e(rows, 64), spans, act64, HV),
+        "recompute_wk": (
+            q,
+            k,
+            gcum,
+            beta,
+            rn,
+            rn,
+            spans,
+            act64,
+            *wkq,
+            e(M * HV, K),
+            scale,
+            True,
+            HV,
+            HV // H,
+        ),
+        "recompute_u": (v, beta, spans, act64, True, HV),
         "state": (
             e(rows, K, dtype=bf),
             v,

@@ -141,13 +141,18 @@ def parity(fn_ref, fn, x) -> dict[str, float]:
 SWEEP = [
     # (label, configs that differ from prefill.DEFAULT_CONFIGS, fuse_output)
     ("default", {}, True),
-    ("state-s2", {"state": {"block_sizes": [16], "num_warps": 8, "num_stages": 2}}, True),
-    ("state-s1", {"state": {"block_sizes": [16], "num_warps": 8, "num_stages": 1}}, True),
-    ("state-w4", {"state": {"block_sizes": [16], "num_warps": 4, "num_stages": 3}}, True),
-    ("state-bv32", {"state": {"block_sizes": [32], "num_warps": 8, "num_stages": 3}}, True),
-    ("intra-w4", {"intra": {"block_sizes": [32], "num_warps": 4, "num_stages": 1}}, True),
-    ("recompute-w4", {"recompute": {"block_sizes": [32, 64], "num_warps": 4, "num_stages": 1}}, True),
+    ("gate-w4", {"gate": {"block_sizes": [32], "num_warps": 4, "num_stages": 1}}, True),
+    ("intra-w1", {"intra": {"block_sizes": [32], "num_warps": 1, "num_stages": 2}}, True),
+    ("intra-w4", {"intra": {"block_sizes": [32], "num_warps": 4, "num_stages": 2}}, True),
+    ("intra-k64", {"intra": {"block_sizes": [64], "num_warps": 2, "num_stages": 2}}, True),
+    ("solve-w1", {"solve": {"block_sizes": [], "num_warps": 1, "num_stages": 1}}, True),
+    ("solve-w4", {"solve": {"block_sizes": [], "num_warps": 4, "num_stages": 1}}, True),
+    ("wk-w2", {"recompute_wk": {"block_sizes": [32], "num_warps": 2, "num_stages": 2}}, True),
+    ("wk-k64", {"recompute_wk": {"block_sizes": [64], "num_warps": 4, "num_stages": 2}}, True),
+    ("u-v64", {"recompute_u": {"block_sizes": [64], "num_warps": 4, "num_stages": 2}}, True),
+    ("u-w2", {"recompute_u": {"block_sizes": [32], "num_warps": 2, "num_stages": 2}}, True),
     ("unfused", {}, False),
+    ("unfused-o64", {"output": {"block_sizes": [64], "num_warps": 4, "num_stages": 2}}, False),
 ]
 
 
@@ -155,6 +160,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="1x4096,1x8192,2x4096")
     ap.add_argument("--sweep", action="store_true", help="time a few configs (first shape only)")
+    ap.add_argument("--only", default=None, help="comma-separated sweep labels (default: all)")
     ap.add_argument("--triton", default="upstream", choices=["upstream", "fla", "none"])
     ap.add_argument("--upstream-dir", default=".carry/sglang-0.5.23")
     ap.add_argument("--breakdown", action="store_true")
@@ -180,7 +186,10 @@ def main(argv=None) -> int:
     if args.sweep:
         label_shape, lens = shapes[0]
         x = make_inputs(lens)
+        wanted = set(args.only.split(",")) if args.only else None
         for label, configs, fuse in SWEEP:
+            if wanted is not None and label not in wanted:
+                continue
             try:
                 prefill.configure(configs, fuse)
                 us = time_arm(prefill.chunk_kda, x)
