@@ -53,6 +53,7 @@ class BenchConfig:
     single_replays: int = 60
     pool_bytes: int = 512 * MIB
     seed: int = 0
+    kdakit_configs: str = "shipped"  # "shipped", "default", or "both" (adds the helion-kdakit-default arm)
 
 
 PHASES = ("prefill", "decode", "verify")
@@ -64,11 +65,13 @@ ARMS = {
         "triton-packed-dispatch": "SGLang packed dispatch (CUDA JIT at B >= 8, fp32 state)",
         "helion-upstream": "SGLang upstream Helion",
         "helion-kdakit": "kdakit Helion",
+        "helion-kdakit-default": "kdakit Helion, default configs",
     },
     "verify": {
         "triton": "SGLang Triton verify",
         "helion-upstream": "SGLang upstream Helion",
         "helion-kdakit": "kdakit Helion",
+        "helion-kdakit-default": "kdakit Helion, default configs",
     },
     "prefill": {
         "triton": "SGLang Triton chunk_kda",
@@ -76,6 +79,13 @@ ARMS = {
         "helion-kdakit": "kdakit Helion chunk_kda",
     },
 }
+
+
+# Arms that run only when asked for (`--configs both`): absent from a run's rows otherwise, never "missing".
+# helion-kdakit runs the configs of `--configs` (shipped: tuned files where valid); helion-kdakit-default the
+# module defaults, in the same run, so tuned vs default is measured side by side.
+OPTIONAL_ARMS = frozenset({"helion-kdakit-default"})
+CONFIG_MODES = ("shipped", "default", "both")
 
 
 def parse_int_list(text: str, name: str) -> tuple[int, ...]:
@@ -263,6 +273,8 @@ def render_table(result: dict) -> str:
         lines.append("| decode path | " + " | ".join(r["shape_label"] for r in decode) + " |")
         lines.append("|---|" + "---:|" * len(decode))
         for arm, label in ARMS["decode"].items():
+            if arm in OPTIONAL_ARMS and not any(arm in r["arms"] for r in decode):
+                continue
             cells = []
             for r in decode:
                 cell = _arm_cell(r, arm)
@@ -271,6 +283,7 @@ def render_table(result: dict) -> str:
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines += ["", "Single-call graph replay (µs, L2 flushed before each replay; includes launch):", ""]
     arms = ["triton", "triton-packed", "triton-packed-dispatch", "helion-upstream", "helion-kdakit"]
+    arms += [a for a in sorted(OPTIONAL_ARMS) if any(a in r["arms"] for r in rows)]
     lines.append("| phase | shape | " + " | ".join(arms) + " |")
     lines.append("|---|---|" + "---:|" * len(arms))
     for row in rows:
@@ -278,6 +291,7 @@ def render_table(result: dict) -> str:
             continue
         cells = [_arm_cell(row, a, "single_call") if a in row["arms"] else "" for a in arms]
         lines.append(f"| {row['phase']} | {row['shape_label']} | " + " | ".join(cells) + " |")
+    lines += config_comparison(result)
     failed = [
         f"{row['phase']} {row['shape_label']} {arm}: {entry.get('error') or entry.get('check')}"
         for row in rows
@@ -291,6 +305,52 @@ def render_table(result: dict) -> str:
         lines += ["", "Issue 7 performance targets (kdakit Helion):", ""]
         lines += [f"- {'PASS' if ok else 'MISS'} {what}" for what, ok in verdicts]
     return "\n".join(lines)
+
+
+def _config_used(result: dict, row: dict, mode: str) -> str:
+    """Which config kdakit's kernel ran for this row's bucket in `mode`, from the run's selection log."""
+    from kdakit.kernels.tuned import Bucket, batch_bucket, size_buckets
+
+    cfg = result.get("config", {})
+    kernel = "decode" if row["phase"] == "decode" else "verify-chain"
+    try:
+        bucket = Bucket(
+            cfg["heads"], cfg["value_heads"], cfg["head_dim"], cfg["head_dim"], "fp32",
+            batch_bucket(row["batch"], size_buckets(kernel)),
+        )  # fmt: skip
+    except (KeyError, ValueError):
+        return "?"
+    for sel in result.get("kernel_configs", {}).get("active", []):
+        if sel["kernel"] == kernel and sel["bucket"] == bucket.slug() and sel.get("mode", mode) == mode:
+            if sel["source"] == "shipped":
+                name = Path(sel["path"]).name if sel.get("path") else "?"
+                flagged = "tuned with" in sel.get("reason", "")
+                return f"shipped {name}" + (" (tuned with other triton/torch)" if flagged else "")
+            return sel["source"] + (f" ({sel['reason']})" if sel.get("reason") else "")
+    return "?"
+
+
+def config_comparison(result: dict) -> list[str]:
+    """Lines of the tuned-vs-default table (`--configs both`): kdakit's kernels under the shipped configs
+    (helion-kdakit) and under the module defaults (helion-kdakit-default), measured in the same run."""
+    rows = [r for r in result["rows"] if "helion-kdakit-default" in r["arms"]]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "kdakit Helion, shipped tuned configs vs module defaults (µs, same run; change: shipped vs default):",
+        "",
+        "| phase | shape | shipped configs | default configs | change | config of the shipped arm |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        shipped, default = _arm_median(row, "helion-kdakit"), _arm_median(row, "helion-kdakit-default")
+        lines.append(
+            f"| {row['phase']} | {row['shape_label']} | {_arm_cell(row, 'helion-kdakit')} | "
+            f"{_arm_cell(row, 'helion-kdakit-default')} | {_fmt_change(change(shipped, default))} | "
+            f"{_config_used(result, row, 'shipped')} |"
+        )
+    return lines
 
 
 # Issue 7's targets: decode <= 0.70x the non-packed Triton path and faster than every other SGLang path,
@@ -314,7 +374,11 @@ def targets(result: dict) -> list[tuple[str, bool]]:
                 ratio = ours / triton
                 out.append((f"{label}: {ratio:.2f}x Triton non-packed (target <= {DECODE_VS_TRITON})",
                             ratio <= DECODE_VS_TRITON))  # fmt: skip
-            others = {a: _arm_median(row, a) for a in ARMS["decode"] if a not in ("triton", "helion-kdakit")}
+            others = {
+                a: _arm_median(row, a)
+                for a in ARMS["decode"]
+                if a not in ("triton", "helion-kdakit") and a not in OPTIONAL_ARMS
+            }
             for arm, t in others.items():
                 if t:
                     out.append((f"{label}: {ours:.2f} vs {arm} {t:.2f} µs (target: faster)", ours < t))
@@ -519,8 +583,11 @@ def _check(errors: dict[str, float], tolerance: dict[str, float], extra: dict | 
 # Kernel arms
 
 
-def load_arms(upstream_source: str = "auto") -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
-    """(callables, why-missing, info). Keys: decode/verify/prefill arm ids as in ARMS."""
+def load_arms(
+    upstream_source: str = "auto", kdakit_configs: str = "shipped"
+) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """(callables, why-missing, info). Keys: decode/verify/prefill arm ids as in ARMS; with kdakit_configs
+    "both", also kdakit's decode/verify run under the default configs (helion-kdakit-default)."""
     from kdakit.kernels import upstream
 
     found: dict[str, Any] = {}
@@ -544,7 +611,7 @@ def load_arms(upstream_source: str = "auto") -> tuple[dict[str, Any], dict[str, 
     except Exception as exc:
         for phase, arms in ARMS.items():
             for arm in arms:
-                if not arm.endswith("kdakit"):
+                if not arm.endswith("kdakit") and arm not in OPTIONAL_ARMS:
                     missing[f"{phase}:{arm}"] = f"SGLang kernels unavailable: {type(exc).__name__}: {exc}"
     for phase, module, attr in (
         ("decode", "kdakit.kernels.decode", "helion_fused_recurrent_kda_packed_decode"),
@@ -557,7 +624,24 @@ def load_arms(upstream_source: str = "auto") -> tuple[dict[str, Any], dict[str, 
             found[f"{phase}:helion-kdakit"] = getattr(importlib.import_module(module), attr)
         except Exception as exc:
             missing[f"{phase}:helion-kdakit"] = f"{type(exc).__name__}: {exc}"
+    if kdakit_configs == "both":
+        for phase in ("decode", "verify"):
+            if f"{phase}:helion-kdakit" in found:
+                found[f"{phase}:helion-kdakit-default"] = with_default_configs(
+                    found[f"{phase}:helion-kdakit"]
+                )
     return found, missing, info
+
+
+def with_default_configs(fn: Callable) -> Callable:
+    """`fn` (a kdakit entry point) selecting the kernel modules' default configs, shipped files ignored."""
+    from kdakit.kernels import tuned
+
+    def call(*args, **kwargs):
+        with tuned.configs_mode("default"):
+            return fn(*args, **kwargs)
+
+    return call
 
 
 def _decode_inputs(cfg: BenchConfig, batch: int, sets: int, gen):
@@ -679,7 +763,8 @@ def bench_decode(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer:
     for arm in ARMS["decode"]:
         key = f"decode:{arm}"
         if key not in arms:
-            row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
+            if arm not in OPTIONAL_ARMS:
+                row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
             continue
         fn = arms[key]
         try:
@@ -757,7 +842,8 @@ def bench_verify(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer:
     for arm in ARMS["verify"]:
         key = f"verify:{arm}"
         if key not in arms:
-            row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
+            if arm not in OPTIONAL_ARMS:
+                row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
             continue
         fn = arms[key]
         try:
@@ -929,7 +1015,7 @@ def run(
     started = time.time()
     gen = torch.Generator(device="cuda")
     gen.manual_seed(cfg.seed)
-    arms, missing, info = load_arms(upstream_source)
+    arms, missing, info = load_arms(upstream_source, cfg.kdakit_configs)
     log(f"arms: {sorted(arms)}; missing: {sorted(missing)}")
     env = environment()
     log(f"GPU {env['gpu']}, driver {env['driver']}, versions {env['versions']}")

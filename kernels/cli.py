@@ -42,9 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument(
         "--configs",
-        choices=("shipped", "default"),
+        choices=("shipped", "default", "both"),
         default="shipped",
-        help="kdakit kernels' configs: tuned ones shipped for this GPU (fallback: default), or the defaults",
+        help="kdakit kernels' configs: tuned ones shipped for this GPU (fallback: default), the defaults, or "
+        "both in one run (decode/verify arms helion-kdakit and helion-kdakit-default, side by side)",
     )
     bench.set_defaults(func=cmd_bench)
 
@@ -122,6 +123,7 @@ def config_from_args(args: argparse.Namespace):
         lower_bound=args.lower_bound,
         replays=_positive(args.replays, "replays", 60),
         seed=args.seed,
+        kdakit_configs=getattr(args, "configs", "shipped"),
     )
 
 
@@ -134,7 +136,7 @@ def cmd_autotune(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from kdakit.kernels import bench, tuned
 
-    tuned.set_mode(args.configs)
+    tuned.set_mode("shipped" if args.configs == "both" else args.configs)
     cfg = config_from_args(args)
     run_id = args.run_id or datetime.now(UTC).strftime("kernels-%Y%m%d-%H%M%S")
     out_dir = Path(args.results_dir) / run_id / socket.gethostname()

@@ -40,6 +40,7 @@ kernel (see decode.py's `_config_for`); `kdakit kernels autotune` then needs an 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -312,8 +313,9 @@ class Selection(NamedTuple):
     reason: str
 
 
-_selected: dict[tuple[str, Bucket], Any] = {}
-_active: dict[tuple[str, Bucket], Selection] = {}
+# keyed by (mode, kernel, bucket): one process may run both modes (`kdakit kernels bench --configs both`)
+_selected: dict[tuple[str, str, Bucket], Any] = {}
+_active: dict[tuple[str, str, Bucket], Selection] = {}
 _warned: set[tuple[str, Bucket]] = set()
 _mode: str | None = None
 
@@ -327,6 +329,19 @@ def mode() -> str:
     if value not in MODES:
         raise ValueError(f"{ENV_MODE}={value!r}: expected one of {MODES}")
     return value
+
+
+@contextlib.contextmanager
+def configs_mode(value: str):
+    """Run the calls inside with configs mode `value` (selections are cached per mode, nothing is reset)."""
+    global _mode
+    if value not in MODES:
+        raise ValueError(f"configs mode {value!r}: expected one of {MODES}")
+    previous, _mode = _mode, value
+    try:
+        yield
+    finally:
+        _mode = previous
 
 
 def set_mode(value: str) -> None:
@@ -396,7 +411,7 @@ def _warn_once(key: tuple[str, Bucket], message: str) -> None:
 
 def select(kernel: str, bucket: Bucket, default, device=None):
     """The helion.Config `kernel` runs with for `bucket` on `device` (see the module doc for the order)."""
-    key = (kernel, bucket)
+    key = (mode(), kernel, bucket)
     chosen = _selected.get(key)
     if chosen is not None:
         return chosen
@@ -449,14 +464,14 @@ def _resolve(kernel: str, bucket: Bucket, default, device):
 
 def note_explicit(kernel: str, bucket: Bucket, config) -> None:
     """Record (for `active()`) that a caller-set config ran for this bucket."""
-    _active[(kernel, bucket)] = Selection("explicit", None, "set by set_*_config")
+    _active[(mode(), kernel, bucket)] = Selection("explicit", None, "set by set_*_config")
 
 
 def active() -> list[dict]:
-    """What each (kernel, bucket) used so far in this process: for bench records and debugging."""
+    """What each (mode, kernel, bucket) used so far in this process: for bench records and debugging."""
     return [
-        {"kernel": k, "bucket": b.slug(), "source": s.source, "path": s.path, "reason": s.reason}
-        for (k, b), s in sorted(_active.items(), key=lambda item: (item[0][0], item[0][1]))
+        {"kernel": k, "bucket": b.slug(), "source": s.source, "path": s.path, "reason": s.reason, "mode": m}
+        for (m, k, b), s in sorted(_active.items(), key=lambda item: (item[0][1], item[0][2], item[0][0]))
     ]
 
 

@@ -160,7 +160,7 @@ def test_a_shipped_valid_config_is_selected_silently(tmp_path):
     assert chosen == helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
     assert tuned.active() == [
         {"kernel": "decode", "bucket": SMALL.slug(), "source": "shipped", "path": str(path),
-         "reason": "tuned on NVIDIA TestGPU"}
+         "reason": "tuned on NVIDIA TestGPU", "mode": "shipped"}
     ]  # fmt: skip
 
 
