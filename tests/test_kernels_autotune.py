@@ -421,6 +421,26 @@ def test_an_autotuned_config_that_disagrees_with_the_default_is_not_written(inte
     assert loaded.tuning["autotuned_config"]["block_sizes"] == [4]  # recorded, not used
 
 
+def test_an_autotuned_config_that_fails_to_time_is_dropped_and_the_default_written(interp, tmp_path):
+    searched = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
+    timed = []
+
+    def time_default_only(run, sets):
+        timed.append(len(sets))
+        if len(timed) == 2:
+            raise RuntimeError("CUDA graph capture failed")
+        return 9.0
+
+    result = autotune.run_job(
+        autotune.Job("decode", Bucket(2, 2, 32, 32, "fp32", 2)), sku=SKU, gpu_name="x", out_dir=tmp_path,
+        budget_s=5, effort="quick", device="cpu", pool_slots=8, autotune=lambda *a, **k: searched,
+        time_us=time_default_only, slot_sets=_two_sets,
+    )  # fmt: skip
+    assert result.error is None and "failed under CUDA graph timing" in result.search_error
+    assert (result.chosen, result.default_us, result.tuned_us) == ("default", 9.0, None)
+    assert tuned.load_file(result.path).helion_config() == kd.DECODE_CONFIGS["fp32"]
+
+
 def test_a_bucket_whose_default_cannot_run_gets_no_file(tmp_path, monkeypatch):
     def broken_problem(*_):
         raise RuntimeError("no inputs")
