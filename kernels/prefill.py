@@ -16,10 +16,11 @@ pass is fully parallel and built from small programs (few warps, a [16 or 64, 32
 run per SM: the intra-chunk work is latency-bound, not bandwidth-bound.
 
 1. `gate`: one program per (chunk, value head): gate activation from the raw gate, chunk-local cumsum in log2
-   units, 1/||q|| and 1/||k|| per token (the L2 norm), and the chunk's token span for the later kernels.
+   units, and the chunk's token span for the later kernels.
 2. `intra`: one program per (chunk, value head, 16-row block i): row block i of L and of Aqk, K in 32-wide
-   slices; the diagonal block factorised around its middle row, the blocks left of it around the block's
-   first row (so exp never overflows), the j < i blocks as a data-dependent loop.
+   slices, the q/k L2 norms applied to the dot results (and stored for `recompute_wk`); the diagonal block
+   factorised around its middle row, the blocks left of it around the block's first row (so exp never
+   overflows), the j < i blocks as a data-dependent loop.
 3. `solve`: one program per (chunk, value head): Tinv = (I + L)^-1 row block by row block (diagonal blocks
    by the nilpotent product formula, the rest by block substitution), stored as 64-wide bf16 rows.
 4. `recompute_wk`: one program per (chunk, value head, K tile): W = Tinv diag(beta)(k exp Gamma) as a
@@ -67,7 +68,7 @@ def _size_one_key(*args) -> tuple:
 
 
 # --------------------------------------------------------------------------------------------------------
-# 1. gate activation + chunk-local cumsum (log2 units), chunk spans, q/k inverse norms
+# 1. gate activation + chunk-local cumsum (log2 units), chunk spans
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -75,24 +76,18 @@ def _gate_cumsum_fn(
     g_rows: torch.Tensor,  # [T*HV, K] raw or pre-activated gate
     a_log: torch.Tensor,  # [HV] (unused in mode 0)
     dt_bias: torch.Tensor,  # [HV*K] (unused unless has_bias)
-    q_rows: torch.Tensor,  # [T, H*K] token rows (any row stride)
-    k_rows: torch.Tensor,  # [T, H*K]
     cu_seqlens: torch.Tensor,  # [N+1]
     chunk_ends: torch.Tensor,  # [N] int64: packed chunk index after the last chunk of each sequence
     gcum_rows: torch.Tensor,  # [T*HV, K] fp32 out
-    rnorm_q: torch.Tensor,  # [T*HV] fp32 out: 1/||q|| per token and value head (ones without L2 norm)
-    rnorm_k: torch.Tensor,  # [T*HV] fp32 out
     spans: torch.Tensor,  # [M, 2] int64 out: token range [start, end) of every chunk slot
     lower_bound: float,
     gate_mode: hl.constexpr,
     has_bias: hl.constexpr,
-    use_l2norm: hl.constexpr,
     HV: hl.constexpr,
-    GROUP: hl.constexpr,
 ) -> torch.Tensor:
     M = spans.size(0)
     K = hl.specialize(g_rows.size(1))
-    hl.specialize((g_rows.stride(0), gcum_rows.stride(0), q_rows.stride(0), k_rows.stride(0)))
+    hl.specialize((g_rows.stride(0), gcum_rows.stride(0)))
     for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
         # The only place that maps a chunk to its sequence (count the sequences whose chunks all end at or
         # before it); the later kernels read the span. Every head writes the same span.
@@ -122,17 +117,6 @@ def _gate_cumsum_fn(
                 x = lower_bound * torch.sigmoid(a * x)
         x = torch.where(valid[:, None], x * 1.4426950216293335, 0.0)
         hl.store(gcum_rows, [row[:, None], kk[None, :]], hl.cumsum(x, 0), extra_mask=valid[:, None])
-        qk_cols = (tile_h.id // GROUP) * K + kk
-        xq = hl.load(q_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
-        xk = hl.load(k_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
-        if use_l2norm:
-            rq = torch.rsqrt((xq * xq).sum(1) + 1e-6)
-            rk = torch.rsqrt((xk * xk).sum(1) + 1e-6)
-        else:
-            rq = torch.where(valid, 1.0, 1.0)
-            rk = rq
-        hl.store(rnorm_q, [row], rq, extra_mask=valid)
-        hl.store(rnorm_k, [row], rk, extra_mask=valid)
     return gcum_rows
 
 
@@ -170,17 +154,21 @@ def _intra_chunk_fn(
     k_rows: torch.Tensor,  # [T, H*K]
     gcum_rows: torch.Tensor,  # [T*HV, K] fp32 log2 cumsum
     beta_rows: torch.Tensor,  # [T*HV]
-    rnorm_q: torch.Tensor,  # [T*HV] fp32
-    rnorm_k: torch.Tensor,  # [T*HV] fp32
+    rnorm_q: torch.Tensor,  # [T*HV] fp32 out: 1/||q|| per token and value head (ones without the L2 norm)
+    rnorm_k: torch.Tensor,  # [T*HV] fp32 out: 1/||k||
     spans: torch.Tensor,  # [M, 2] int64
     akk_rows: torch.Tensor,  # [T*HV, 64] fp32 out: L (beta-scaled, strictly lower; blocks above not written)
     aqk_rows: torch.Tensor,  # [T*HV, 64] bf16 out: scaled causal Aqk, zeros above the diagonal
     scale: float,
+    use_l2norm: hl.constexpr,
     beta_is_raw: hl.constexpr,
     HV: hl.constexpr,
     GROUP: hl.constexpr,
 ) -> torch.Tensor:
     """One program per (chunk, value head, 16-row block i): row block i of L and of Aqk.
+
+    The L2 norms are row scalings, applied to the dot results: the sums of squares come from the same
+    K slices the dots read, and block i's inverse norms are stored for the recompute kernel.
 
     Small programs (a [16, block_k] slice of q, k and the gate at a time) keep registers low, so many run
     per SM; the j < i blocks are a data-dependent loop, so no program computes blocks it does not need."""
@@ -197,8 +185,6 @@ def _intra_chunk_fn(
         tok_i = start + tile_i.id * 16 + lane
         m_i = tok_i < end
         row_i = tok_i * HV + hv
-        rq_i = hl.load(rnorm_q, [row_i], extra_mask=m_i)
-        rk_i = hl.load(rnorm_k, [row_i], extra_mask=m_i)
         b_i = hl.load(beta_rows, [row_i], extra_mask=m_i).float()
         if beta_is_raw:
             b_i = torch.sigmoid(b_i)
@@ -210,6 +196,8 @@ def _intra_chunk_fn(
         # diagonal block, factorised around its middle row (exponents of both factors stay small)
         acc_kk = hl.zeros([16, 16], dtype=torch.float32)
         acc_qk = hl.zeros([16, 16], dtype=torch.float32)
+        ssq_k = hl.zeros([16], dtype=torch.float32)
+        ssq_q = hl.zeros([16], dtype=torch.float32)
         for tile_k in hl.tile(K, block_size=block_k):
             cols = tile_k.index
             ki = hl.load(k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]).float()
@@ -217,9 +205,21 @@ def _intra_chunk_fn(
             gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
             g_mid = hl.load(gcum_rows, [mid_row, cols])[None, :]
             up = _exp2c(gi - g_mid)
-            kd = (ki * rk_i[:, None] * _exp2c(g_mid - gi)).T
-            acc_kk = acc_kk + _dot32(ki * rk_i[:, None] * up, kd)
-            acc_qk = acc_qk + _dot32(qi * rq_i[:, None] * up, kd)
+            kd = (ki * _exp2c(g_mid - gi)).T
+            acc_kk = acc_kk + _dot32(ki * up, kd)
+            acc_qk = acc_qk + _dot32(qi * up, kd)
+            ssq_k = ssq_k + (ki * ki).sum(1)
+            ssq_q = ssq_q + (qi * qi).sum(1)
+        if use_l2norm:
+            rk_i = torch.rsqrt(ssq_k + 1e-6)
+            rq_i = torch.rsqrt(ssq_q + 1e-6)
+        else:
+            rk_i = torch.where(m_i, 1.0, 1.0)
+            rq_i = rk_i
+        hl.store(rnorm_k, [row_i], rk_i, extra_mask=m_i)
+        hl.store(rnorm_q, [row_i], rq_i, extra_mask=m_i)
+        acc_kk = acc_kk * rk_i[:, None] * rk_i[None, :]
+        acc_qk = acc_qk * rq_i[:, None] * rk_i[None, :]
         strict = lane[:, None] > lane[None, :]
         causal = lane[:, None] >= lane[None, :]
         diag_cols = tile_i.id * 16 + lane
@@ -240,9 +240,9 @@ def _intra_chunk_fn(
             tok_j = start + cols_j
             m_j = tok_j < end
             row_j = tok_j * HV + hv
-            rk_j = hl.load(rnorm_k, [row_j], extra_mask=m_j)
             off_kk = hl.zeros([16, 16], dtype=torch.float32)
             off_qk = hl.zeros([16, 16], dtype=torch.float32)
+            ssq_j = hl.zeros([16], dtype=torch.float32)
             for tile_k in hl.tile(K, block_size=block_k):
                 cols = tile_k.index
                 ki = hl.load(k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]).float()
@@ -252,9 +252,16 @@ def _intra_chunk_fn(
                 left = _exp2c(gi - g_first)
                 kj = hl.load(k_rows, [tok_j[:, None], col0 + cols[None, :]], extra_mask=m_j[:, None]).float()
                 gj = hl.load(gcum_rows, [row_j[:, None], cols[None, :]], extra_mask=m_j[:, None])
-                kr = (kj * rk_j[:, None] * _exp2c(g_first - gj)).to(torch.bfloat16).T
-                off_kk = off_kk + _dot32((ki * rk_i[:, None] * left).to(torch.bfloat16), kr)
-                off_qk = off_qk + _dot32((qi * rq_i[:, None] * left).to(torch.bfloat16), kr)
+                kr = (kj * _exp2c(g_first - gj)).to(torch.bfloat16).T
+                off_kk = off_kk + _dot32((ki * left).to(torch.bfloat16), kr)
+                off_qk = off_qk + _dot32((qi * left).to(torch.bfloat16), kr)
+                ssq_j = ssq_j + (kj * kj).sum(1)
+            if use_l2norm:
+                rk_j = torch.rsqrt(ssq_j + 1e-6)
+            else:
+                rk_j = torch.where(m_j, 1.0, 1.0)
+            off_kk = off_kk * rk_i[:, None] * rk_j[None, :]
+            off_qk = off_qk * rq_i[:, None] * rk_j[None, :]
             l_off = torch.where(m_i[:, None], off_kk * b_i[:, None], 0.0)
             hl.store(akk_rows, [row_i[:, None], cols_j[None, :]], l_off, extra_mask=m_i[:, None])
             hl.store(aqk_rows, [row_i[:, None], cols_j[None, :]], (off_qk * scale).to(aqk_rows.dtype),
@@ -540,6 +547,7 @@ def _chunk_output_fn(
 # Fixed configs (no runtime autotuning). Small programs with few warps: the intra-chunk work is many 16-row
 # and 64-row dots, and a program that holds little runs many to an SM (8-warp versions of these kernels
 # used 255 registers a thread, one program per SM, and were latency-bound: 250 and 191 us at 1x4096).
+# Warps and tiles: the H200 sweep of 2026-11-29 (kernels/measurements/h200_prefill_sweep.json).
 DEFAULT_CONFIGS: dict[str, dict] = {
     # block_sizes in trace order
     "gate": {
@@ -548,10 +556,10 @@ DEFAULT_CONFIGS: dict[str, dict] = {
         "num_stages": 1,
         "indexing": "pointer",
     },  # [sequence search]
-    "intra": {"block_sizes": [32], "num_warps": 2, "num_stages": 2, "indexing": "pointer"},  # [K slice]
+    "intra": {"block_sizes": [32], "num_warps": 1, "num_stages": 2, "indexing": "pointer"},  # [K slice]
     "solve": {"block_sizes": [], "num_warps": 2, "num_stages": 1, "indexing": "pointer"},
-    "recompute_wk": {"block_sizes": [32], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [K tile]
-    "recompute_u": {"block_sizes": [32], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [V tile]
+    "recompute_wk": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [K tile]
+    "recompute_u": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [V tile]
     "state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},  # [V tile]
     "output": {"block_sizes": [32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},  # [V tile]
 }
@@ -755,14 +763,15 @@ def chunk_kda(
     spans = torch.empty(slots, 2, dtype=torch.int64, device=dev)
     l2norm, raw_beta, group = bool(use_qk_l2norm_in_kernel), bool(beta_is_raw), HV // H
     _kernels["gate"](
-        g_rows, a_log, bias, q_rows, k_rows, cu, ends, gcum, rnorm_q, rnorm_k, spans,
-        float(lower_bound if lower_bound is not None else 0.0), gate_mode, has_bias, l2norm, HV, group,
+        g_rows, a_log, bias, cu, ends, gcum, spans,
+        float(lower_bound if lower_bound is not None else 0.0), gate_mode, has_bias, HV,
     )  # fmt: skip
     akk = torch.empty(total * HV, CHUNK, dtype=torch.float32, device=dev)
     aqk = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
     _kernels["intra"](
-        q_rows, k_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, akk, aqk, float(scale), raw_beta, HV, group
-    )
+        q_rows, k_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, akk, aqk, float(scale),
+        l2norm, raw_beta, HV, group,
+    )  # fmt: skip
     tinv = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
     _kernels["solve"](akk, spans, tinv, HV)
     w = torch.empty(total * HV, K, dtype=act, device=dev)

@@ -38,26 +38,8 @@ def example_args(fuse: bool, H=16, HV=16, K=128, V=128, T=130, M=3) -> dict[str,
     rn, spans, scale = e(rows), torch.zeros(M, 2, dtype=torch.int64), 0.088
     wkq = [e(rows, K, dtype=bf) for _ in range(3)]
     return {
-        "gate": (
-            e(rows, K, dtype=bf),
-            e(HV),
-            e(HV * K),
-            q,
-            k,
-            cu,
-            ends,
-            gcum,
-            rn,
-            rn,
-            spans,
-            -5.0,
-            2,
-            True,
-            True,
-            HV,
-            HV // H,
-        ),  # fmt: skip
-        "intra": (q, k, gcum, beta, rn, rn, spans, e(rows, 64), act64, scale, True, HV, HV // H),
+        "gate": (e(rows, K, dtype=bf), e(HV), e(HV * K), cu, ends, gcum, spans, -5.0, 2, True, HV),
+        "intra": (q, k, gcum, beta, rn, rn, spans, e(rows, 64), act64, scale, True, True, HV, HV // H),
         "solve": (e(rows, 64), spans, act64, HV),
         "recompute_wk": (
             q,
