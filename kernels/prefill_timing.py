@@ -138,6 +138,7 @@ def parity(fn_ref, fn, x) -> dict[str, float]:
     }
 
 
+_STATE = {"block_sizes": [16], "num_warps": 8, "num_stages": 3}
 SWEEP = [
     # (label, configs that differ from prefill.DEFAULT_CONFIGS, fuse_output)
     ("default", {}, True),
@@ -151,6 +152,10 @@ SWEEP = [
     ("wk-k64", {"recompute_wk": {"block_sizes": [64], "num_warps": 4, "num_stages": 2}}, True),
     ("u-v64", {"recompute_u": {"block_sizes": [64], "num_warps": 4, "num_stages": 2}}, True),
     ("u-w2", {"recompute_u": {"block_sizes": [32], "num_warps": 2, "num_stages": 2}}, True),
+    ("state-s1", {"state": {"block_sizes": [16], "num_warps": 8, "num_stages": 1}}, True),
+    ("state-s2", {"state": {"block_sizes": [16], "num_warps": 8, "num_stages": 2}}, True),
+    ("state-bv32", {"state": {"block_sizes": [32], "num_warps": 8, "num_stages": 3}}, True),
+    ("state-td", {"state": {**_STATE, "indexing": "tensor_descriptor"}}, True),
     ("unfused", {}, False),
     ("unfused-o64", {"output": {"block_sizes": [64], "num_warps": 4, "num_stages": 2}}, False),
 ]
@@ -199,7 +204,7 @@ def main(argv=None) -> int:
             print(json.dumps(row), flush=True)
             report["rows"].append(row)
         prefill.configure({}, prefill.DEFAULT_FUSE_OUTPUT)
-    for label_shape, lens in shapes:
+    for label_shape, lens in shapes if not args.only else []:
         x = make_inputs(lens)
         row = {"shape": label_shape, "kdakit_us": round(time_arm(prefill.chunk_kda, x), 2)}
         if triton_fn is not None:
