@@ -11,9 +11,9 @@ state kept V-first as M = S^T [V, K] like SGLang's pool):
     O       = scale (q * exp Gamma) S0 + Aqk Vnew
     S_next  = diag(exp Gamma_last) S0 + (k * exp(Gamma_last - Gamma))^T Vnew
 
-Six Helion kernels (seven when the output is not fused into the state pass). Everything before the state
-pass is fully parallel and built from small programs (few warps, a [16 or 64, 32] tile at a time), so many
-run per SM: the intra-chunk work is latency-bound, not bandwidth-bound.
+Six Helion kernels. Everything before the state pass is fully parallel and built from small programs (few
+warps, a [16 or 64, 32] tile at a time), so many run per SM: the intra-chunk work is latency-bound, not
+bandwidth-bound.
 
 1. `gate`: one program per (chunk, value head): gate activation from the raw gate, chunk-local cumsum in log2
    units, and the chunk's token span for the later kernels.
@@ -28,8 +28,9 @@ run per SM: the intra-chunk work is latency-bound, not bandwidth-bound.
 5. `recompute_u`: one program per (chunk, value head, V tile): U = Tinv diag(beta) v, written over v.
 6. `state`: one program per (sequence, value head, V tile): the only sequential part, over the chunks of one
    sequence, with the state kept K-first in registers; the output is fused in, so no per-chunk state goes
-   through HBM.
-7. `output` (unfused mode): fully parallel output from stored per-chunk states.
+   through HBM. `output_intermediate_states` (the state at every chunk start) is computed apart, by plain
+   torch ops from W, U and kg (`_chunk_start_states`: slow, one host sync), because a per-chunk state store
+   inside this loop gave wrong states on the H200.
 
 Every length enters the kernels as data (cu_seqlens and the per-sequence chunk ends, computed on the device
 with no host sync, so a captured call replays correctly with new lengths) or as a symbolic size, and each
@@ -412,7 +413,7 @@ def _recompute_u_fn(
 
 def _state_pass_fn(
     w_rows: torch.Tensor,  # [T*HV, K] bf16
-    u_rows: torch.Tensor,  # [T, HV*V] (v's storage) in: U, out: o (fused) or Vnew
+    u_rows: torch.Tensor,  # [T, HV*V] (v's storage) in: U, out: o
     kg_rows: torch.Tensor,  # [T*HV, K] bf16
     qg_rows: torch.Tensor,  # [T*HV, K] bf16
     aqk_rows: torch.Tensor,  # [T*HV, 64] bf16
@@ -421,11 +422,8 @@ def _state_pass_fn(
     pool_index: torch.Tensor,  # [N]
     cu_seqlens: torch.Tensor,  # [N+1]
     chunk_ends: torch.Tensor,  # [N]
-    h_rows: torch.Tensor,  # [M*HV*V, K] bf16 out (store_h)
-    track_rows: torch.Tensor,  # [rows*HV*V, K] fp32 out (has_track)
+    track_rows: torch.Tensor,  # [N*HV*V, K] fp32 out (has_track)
     track_chunk: torch.Tensor,  # [N]
-    fuse_output: hl.constexpr,
-    store_h: hl.constexpr,
     has_track: hl.constexpr,
     HV: hl.constexpr,
 ) -> torch.Tensor:
@@ -448,7 +446,11 @@ def _state_pass_fn(
         state_row = (torch.clamp(slot, min=0) * HV + hv) * V + tile_v.index
         state = hl.load(pool_rows, [state_row[None, :], kk[:, None]], extra_mask=has_slot).float()
         if has_track:
+            # the state at the start of chunk track_at, kept in registers and stored after the loop (the
+            # only state stores are the final ones: a per-chunk state store inside this loop gave wrong
+            # values on the H200, see kernels/BENCH.md)
             track_at = track_chunk[tile_n.id].long()
+            tracked = hl.zeros([K, tile_v], dtype=torch.float32)
         # Operands of chunk t+1 are loaded during step t (register double buffering): the loop is a
         # latency chain of small dots, and Triton does not pipeline these loads by itself.
         token0 = begin + hl.arange(64)
@@ -456,10 +458,8 @@ def _state_pass_fn(
         row0 = token0 * HV + hv
         w_next = hl.load(w_rows, [row0[:, None], kk[None, :]], extra_mask=valid0[:, None])
         kg_next = hl.load(kg_rows, [row0[None, :], kk[:, None]], extra_mask=valid0[None, :])
-        qg_next = hl.load(qg_rows, [row0[:, None], kk[None, :]], extra_mask=valid0[:, None] & fuse_output)
-        aqk_next = hl.load(
-            aqk_rows, [row0[:, None], hl.arange(64)[None, :]], extra_mask=valid0[:, None] & fuse_output
-        )
+        qg_next = hl.load(qg_rows, [row0[:, None], kk[None, :]], extra_mask=valid0[:, None])
+        aqk_next = hl.load(aqk_rows, [row0[:, None], hl.arange(64)[None, :]], extra_mask=valid0[:, None])
         for tile_t in hl.tile(end - begin, block_size=64):
             chunk = first_chunk + tile_t.id
             token = begin + tile_t.index
@@ -473,71 +473,52 @@ def _state_pass_fn(
             row_n = token_n * HV + hv
             w_next = hl.load(w_rows, [row_n[:, None], kk[None, :]], extra_mask=valid_n[:, None])
             kg_next = hl.load(kg_rows, [row_n[None, :], kk[:, None]], extra_mask=valid_n[None, :])
-            if fuse_output:
-                qg_next = hl.load(qg_rows, [row_n[:, None], kk[None, :]], extra_mask=valid_n[:, None])
-                aqk_next = hl.load(
-                    aqk_rows, [row_n[:, None], hl.arange(64)[None, :]], extra_mask=valid_n[:, None]
-                )
-            if store_h:
-                h_row = (chunk * HV + hv) * V + tile_v.index
-                hl.store(h_rows, [h_row[None, :], kk[:, None]], state.to(h_rows.dtype))
+            qg_next = hl.load(qg_rows, [row_n[:, None], kk[None, :]], extra_mask=valid_n[:, None])
+            cols64 = hl.arange(64)
+            aqk_next = hl.load(aqk_rows, [row_n[:, None], cols64[None, :]], extra_mask=valid_n[:, None])
             if has_track:
-                if tile_t.id == track_at:
-                    t_row = (tile_n.id * HV + hv) * V + tile_v.index
-                    hl.store(track_rows, [t_row[None, :], kk[:, None]], state)
+                tracked = torch.where(tile_t.id == track_at, state, tracked)
             state_b = state.to(torch.bfloat16)
             v_cols = hv * V + tile_v.index
             u = hl.load(u_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
             v_new = (u - _dot32(w, state_b)).to(torch.bfloat16)
-            if fuse_output:
-                o = _dot32(qg, state_b) + _dot32(aqk, v_new)
-                hl.store(u_rows, [token[:, None], v_cols[None, :]], o.to(u_rows.dtype),
-                         extra_mask=valid[:, None])  # fmt: skip
-            else:
-                hl.store(u_rows, [token[:, None], v_cols[None, :]], v_new.to(u_rows.dtype),
-                         extra_mask=valid[:, None])  # fmt: skip
+            o = _dot32(qg, state_b) + _dot32(aqk, v_new)
+            hl.store(u_rows, [token[:, None], v_cols[None, :]], o.to(u_rows.dtype), extra_mask=valid[:, None])
             decay = hl.load(decay_flat, [(chunk * HV + hv) * K + kk])
             state = state * decay[:, None] + _dot32(kg_t, v_new)
         hl.store(pool_rows, [state_row[None, :], kk[:, None]], state.to(pool_rows.dtype),
                  extra_mask=has_slot)  # fmt: skip
+        if has_track:
+            written = (track_at >= 0) & (track_at * 64 < end - begin)
+            t_row = (tile_n.id * HV + hv) * V + tile_v.index
+            hl.store(track_rows, [t_row[None, :], kk[:, None]], tracked, extra_mask=written)
     return pool_rows
 
 
-# --------------------------------------------------------------------------------------------------------
-# 4. parallel output (unfused mode)
-# --------------------------------------------------------------------------------------------------------
+def _chunk_start_states(w, u_rows, kg, decay, pool, indices, cu, HV, K, V, dtype) -> torch.Tensor:
+    """The state at the start of every chunk, [chunks, HV, V, K], by plain torch ops (for
+    output_intermediate_states only): the same recurrence as the state pass, chunk by chunk on the host.
 
-
-def _chunk_output_fn(
-    u_rows: torch.Tensor,  # [T, HV*V] (v's storage) in: Vnew, out: o
-    qg_rows: torch.Tensor,
-    aqk_rows: torch.Tensor,
-    h_rows: torch.Tensor,  # [M*HV*V, K] bf16
-    spans: torch.Tensor,  # [M, 2] int64
-    HV: hl.constexpr,
-) -> torch.Tensor:
-    M = spans.size(0)
-    K = hl.specialize(qg_rows.size(1))
-    V = hl.specialize(u_rows.size(1)) // HV
-    hl.specialize((u_rows.stride(0), qg_rows.stride(0)))
-    block_v = hl.register_block_size(16, V)
-    for tile_m, tile_h, tile_v in hl.tile([M, HV, V], block_size=[1, 1, block_v]):
-        hv = tile_h.id
-        start = spans[tile_m.id, 0]
-        end = spans[tile_m.id, 1]
-        token = start + hl.arange(64)
-        valid = token < end
-        row = token * HV + hv
-        kk = hl.arange(K)
-        qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
-        h_row = (tile_m.id * HV + hv) * V + tile_v.index
-        h = hl.load(h_rows, [h_row[:, None], kk[None, :]])
-        aqk = hl.load(aqk_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
-        v_cols = hv * V + tile_v.index
-        v_new = hl.load(u_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None])
-        o = _dot32(qg, h.T) + _dot32(aqk, v_new.to(torch.bfloat16))
-        hl.store(u_rows, [token[:, None], v_cols[None, :]], o.to(u_rows.dtype), extra_mask=valid[:, None])
-    return u_rows
+    A Helion state pass that stored these per-chunk states from inside its loop gave wrong values on the
+    H200 (kernels/BENCH.md); this path is slow (a host loop over chunks, one host sync) but has no such
+    kernel, and the fused state pass still computes the output and the final states."""
+    bounds = cu.tolist()
+    slots = indices.tolist()
+    W = w.view(-1, HV, K)
+    U = u_rows.reshape(-1, HV, V)
+    KG = kg.view(-1, HV, K)
+    D = decay.view(-1, HV, K)
+    states = []
+    for n, slot in enumerate(slots):
+        S = pool[slot].float() if slot >= 0 else torch.zeros(HV, V, K, device=pool.device)
+        for t0 in range(bounds[n], bounds[n + 1], CHUNK):
+            t1 = min(t0 + CHUNK, bounds[n + 1])
+            states.append(S.to(dtype))
+            v_new = U[t0:t1].float() - torch.einsum("chk,hvk->chv", W[t0:t1].float(), S)
+            S = S * D[len(states) - 1][:, None, :] + torch.einsum("chv,chk->hvk", v_new, KG[t0:t1].float())
+    if not states:
+        return torch.empty(0, HV, V, K, dtype=dtype, device=pool.device)
+    return torch.stack(states)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -560,11 +541,8 @@ DEFAULT_CONFIGS: dict[str, dict] = {
     "solve": {"block_sizes": [], "num_warps": 2, "num_stages": 1, "indexing": "pointer"},
     "recompute_wk": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [K tile]
     "recompute_u": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [V tile]
-    "state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},  # [V tile]
-    "output": {"block_sizes": [32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"},  # [V tile]
+    "state": {"block_sizes": [16], "num_warps": 8, "num_stages": 1, "indexing": "pointer"},  # [V tile]
 }
-# Fusing the output into the state pass keeps per-chunk states out of HBM.
-DEFAULT_FUSE_OUTPUT = True
 
 _FNS = {
     "gate": _gate_cumsum_fn,
@@ -573,20 +551,17 @@ _FNS = {
     "recompute_wk": _recompute_wk_fn,
     "recompute_u": _recompute_u_fn,
     "state": _state_pass_fn,
-    "output": _chunk_output_fn,
 }
 _kernels: dict[str, helion.Kernel] = {}
-_fuse_output = DEFAULT_FUSE_OUTPUT
 
 
 _built: dict[str, tuple] = {}
 
 
-def configure(configs: dict[str, dict] | None = None, fuse_output: bool | None = None) -> None:
-    """Set the kernels' configs (missing names keep the defaults) and the fusion mode; for tuning.
+def configure(configs: dict[str, dict] | None = None) -> None:
+    """Set the kernels' configs (missing names keep the defaults); for tuning.
 
     Only kernels whose config changed are rebuilt (a rebuild means a new trace and compile)."""
-    global _fuse_output
     merged = {name: dict(cfg) for name, cfg in DEFAULT_CONFIGS.items()}
     for name, cfg in (configs or {}).items():
         if name not in merged:
@@ -604,8 +579,6 @@ def configure(configs: dict[str, dict] | None = None, fuse_output: bool | None =
             ignore_warnings=_IGNORED,
         )
         _built[name] = signature
-    if fuse_output is not None:
-        _fuse_output = bool(fuse_output)
 
 
 configure()
@@ -614,7 +587,7 @@ configure()
 def reset() -> None:
     """Fresh kernel objects (drops every compiled specialization), as in a new process."""
     _built.clear()
-    configure({}, DEFAULT_FUSE_OUTPUT)
+    configure({})
 
 
 def _configure_from_env() -> None:
@@ -622,8 +595,7 @@ def _configure_from_env() -> None:
     if raw:
         import json
 
-        spec = json.loads(raw)
-        configure(spec.get("configs"), spec.get("fuse_output"))
+        configure(json.loads(raw).get("configs"))
 
 
 _configure_from_env()
@@ -784,9 +756,6 @@ def chunk_kda(
     )  # fmt: skip
     _kernels["recompute_u"](v_rows, beta_rows, spans, tinv, raw_beta, HV)
 
-    fuse = _fuse_output and not output_intermediate_states
-    need_h = output_intermediate_states or not fuse
-    h = torch.empty(slots * HV * V if need_h else 1, K, dtype=q.dtype if need_h else act, device=dev)
     has_track = track_state is not None
     if has_track:
         track_rows = track_state.view(-1, K)
@@ -796,19 +765,18 @@ def chunk_kda(
         track_chunk = initial_state_indices
     if not initial_state.is_contiguous():
         raise ValueError("initial_state must be a contiguous [slots,HV,V,K] pool")
+    h = None
+    if output_intermediate_states:  # from U (in v's storage until the state pass) and the initial pool
+        h = _chunk_start_states(
+            w, v_rows, kg, decay, initial_state, initial_state_indices, cu, HV, K, V, q.dtype
+        )
     pool_rows = initial_state.view(-1, K)
     _kernels["state"](
         w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
-        h, track_rows, track_chunk, fuse, need_h, has_track, HV,
+        track_rows, track_chunk, has_track, HV,
     )  # fmt: skip
-    if not fuse:
-        _kernels["output"](v_rows, qg, aqk, h, spans, HV)
-
-    o = out
-    if output_intermediate_states:
-        if cu_seqlens is None:
-            nt = math.ceil(T / CHUNK)
-            return o, h[: slots * HV * V].view(B, nt, HV, V, K)
-        n_chunks = int(ends[-1])  # host sync, only on this path
-        return o, h[: n_chunks * HV * V].view(1, n_chunks, HV, V, K)
-    return o
+    if h is None:
+        return out
+    if cu_seqlens is None:
+        return out, h.view(B, math.ceil(T / CHUNK), HV, V, K)
+    return out, h.unsqueeze(0)

@@ -5,7 +5,7 @@ the bundled ptxas reports registers, spills and shared memory. That is how the w
 prefill.DEFAULT_CONFIGS were chosen after the last GPU run (a spilling state pass or a 2-CTA-per-SM intra
 kernel is visible here). It says nothing about time; `prefill_timing` measures that on a GPU.
 
-    python -m kdakit.kernels.prefill_ptxas [--configs '{"state": {...}}'] [--unfused]
+    python -m kdakit.kernels.prefill_ptxas [--configs '{"state": {...}}']
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from triton.compiler import ASTSource
 _PTR = {torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32", torch.int64: "*i64"}
 
 
-def example_args(fuse: bool, H=16, HV=16, K=128, V=128, T=130, M=3) -> dict[str, tuple]:
+def example_args(H=16, HV=16, K=128, V=128, T=130, M=3) -> dict[str, tuple]:
     """Arguments of each kernel at PR-like head sizes (only dtypes, and sizes for specialization, matter)."""
     bf, e = torch.bfloat16, torch.empty
     rows = T * HV
@@ -59,21 +59,17 @@ def example_args(fuse: bool, H=16, HV=16, K=128, V=128, T=130, M=3) -> dict[str,
         ),
         "recompute_u": (v, beta, spans, act64, True, HV),
         "state": (
-            e(rows, K, dtype=bf),
+            *wkq[:1],
             v,
-            e(rows, K, dtype=bf),
-            e(rows, K, dtype=bf),
+            *wkq[1:],
             act64,
             e(M * HV * K),
             e(3 * HV * V, K),
             torch.ones(1, dtype=torch.int64),
             cu,
             ends,
-            e(1, K, dtype=bf),
             e(1, K),
             torch.ones(1, dtype=torch.int64),
-            fuse,
-            not fuse,
             False,
             HV,
         ),  # fmt: skip
@@ -119,11 +115,10 @@ def report(name: str, args: tuple, workdir: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default="{}", help="JSON {kernel: config} overriding the defaults")
-    ap.add_argument("--unfused", action="store_true")
     args = ap.parse_args(argv)
-    prefill.configure(json.loads(args.configs), not args.unfused)
+    prefill.configure(json.loads(args.configs))
     with tempfile.TemporaryDirectory() as workdir:
-        for name, kernel_args in example_args(not args.unfused).items():
+        for name, kernel_args in example_args().items():
             print(report(name, kernel_args, workdir), flush=True)
     return 0
 

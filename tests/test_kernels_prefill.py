@@ -176,20 +176,15 @@ def test_fixed_length_batch_softplus_gate_padded_rows_gva_packed_qkv():
     check(x, out, pool, lower_bound=None)
 
 
-def test_preactivated_gate_post_sigmoid_beta_unfused_output_negative_slot():
+def test_preactivated_gate_post_sigmoid_beta_bf16_pool_negative_slot():
     """A_log None (g is the log decay), beta already in (0, 1), q/k normalized by the caller (no L2 norm
-    in the kernel), the unfused output path, a bf16 state pool, and a -1 slot: that sequence starts from
-    zeros and writes no state."""
+    in the kernel), a bf16 state pool, and a -1 slot: that sequence starts from zeros and writes no state."""
     x = make([70, 20], seed=6, indices=[3, -1])
     x["pool"] = x["pool"].to(torch.bfloat16)
     x["beta"] = torch.sigmoid(x["beta"].float()).to(torch.bfloat16)
     x["q"] = R.l2_normalize(x["q"]).to(torch.bfloat16)
     x["k"] = R.l2_normalize(x["k"]).to(torch.bfloat16)
-    prefill.configure({}, fuse_output=False)
-    try:
-        out, _, pool = run(x, gate_in_kernel=False, beta_is_raw=False, l2norm=False)
-    finally:
-        prefill.configure({}, fuse_output=prefill.DEFAULT_FUSE_OUTPUT)
+    out, _, pool = run(x, gate_in_kernel=False, beta_is_raw=False, l2norm=False)
     check(x, out, pool, lower_bound=-5.0, beta_is_raw=False, l2norm=False)
 
 
