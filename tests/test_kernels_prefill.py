@@ -163,17 +163,19 @@ def test_mixed_lengths_varlen_with_chunk_states_and_track_state():
 
 
 def test_fixed_length_batch_softplus_gate_padded_rows_gva_packed_qkv():
-    """B = 2 fixed length, unbounded (softplus) gate, g/beta with CUDA Graph padding rows, HV = 2 H, and
-    q/k/v as strided views of one packed buffer: o lands in v's slice of it, q/k stay untouched."""
+    """B = 2 fixed length, unbounded (softplus) gate, g/beta with CUDA Graph padding rows, HV = 2 H,
+    q/k/v as strided views of one packed buffer (o lands in v's slice of it, q/k stay untouched), and the
+    per-chunk states in their fixed-length [B, chunks, HV, V, K] layout."""
     x = make([65], B=2, H=1, HV=2, pad=5, seed=5)
     x["g"][:, 65:] = float("nan")  # padding rows must never be read
     x["beta"][:, 65:] = float("nan")
-    out, v, pool = run(x, lower_bound=None, packed=True)
+    (out, h), v, pool = run(x, lower_bound=None, packed=True, output_intermediate_states=True)
+    assert h.shape == (2, 2, 2, V, K)  # [B, chunks per sequence, HV, V, K]
     assert out.data_ptr() == v.data_ptr() and out.stride() == v.stride()
     assert v.stride(1) == 2 * K + 2 * V  # really a strided view of the packed buffer
     qk = torch.cat([x["q"].reshape(130, -1), x["k"].reshape(130, -1)], 1)
     assert torch.equal(x["qkv"][:, : 2 * K], qk), "q/k columns of the packed buffer were written"
-    check(x, out, pool, lower_bound=None)
+    check(x, out, pool, lower_bound=None, h=h.reshape(1, 4, 2, V, K))
 
 
 def test_preactivated_gate_post_sigmoid_beta_bf16_pool_negative_slot():
