@@ -19,11 +19,22 @@ with 6 draft tokens):
    When the search finds nothing (or its best disagrees with the default's outputs), the default alone is
    timed and written with chosen "default" and the failure in `tuning.search_error`, so the bucket is not
    lost and the table says what happened.
+Prefill (`--kernels prefill`, or one of prefill-gate, -intra, -solve, -recompute-wk, -recompute-u, -state):
+each of the six kernels is tuned on its own, per total-tokens bucket (`--tokens`, default 4096,8192: the
+bench's shapes) and head count. Its real inputs come from running `prefill.chunk_kda` on PR-like inputs
+(H = HV, K = V = 128, bf16, bounded gate -5 from raw g with A_log/dt_bias, raw beta, q/k L2 norm, varlen
+cu_seqlens, one sequence of the bucket's tokens) and recording the arguments of that kernel's launch (the
+earlier stages run for real). Check: the kernel's outputs under both configs from the same inputs. Timing
+(`prefill_per_call_us`, the method of kernels/prefill_timing.py): per-call median of a CUDA graph of
+back-to-back calls; where the kernel overwrites an input (recompute-u and the state pass write over v's
+storage) every call is preceded by an in-graph restore of it and the restore's own graph time is subtracted.
 Run it inside the kdakit image on the target GPU (see tuned.py for the version policy at run time).
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 import math
 import os
@@ -36,7 +47,14 @@ from pathlib import Path
 from typing import Any
 
 from kdakit.kernels import tuned
-from kdakit.kernels.tuned import BATCH_BUCKETS, KERNEL_GROUPS, Bucket, TunedConfig
+from kdakit.kernels.tuned import (
+    BATCH_BUCKETS,
+    KERNEL_GROUPS,
+    PREFILL_KERNELS,
+    PREFILL_TOKEN_BUCKETS,
+    Bucket,
+    TunedConfig,
+)
 
 from kdakit.errors import UsageError
 
@@ -48,6 +66,25 @@ POOL_SLOTS = 512  # 512 fp32 states of 16x128x128 = 512 MiB: larger than any L2
 SNAPSHOT_ROWS = 2 * max(BATCH_BUCKETS)
 DEFAULT_BUDGET_S = 60
 DEFAULT_EFFORT = "quick"
+DEFAULT_TOKENS = (4096, 8192)  # the bench's prefill shapes: 1x4096; 1x8192 and 2x4096
+PREFILL_SLOTS = 8
+PREFILL_METHOD = (
+    "helion autotune seeded with the module default, on the kernel's arguments recorded from a chunk_kda "
+    "call; then per-call median of a CUDA graph of back-to-back calls (in-graph restore of an overwritten "
+    "input, its time subtracted), best of autotuned and module default"
+)
+# prefill kernel -> the parameters it writes: checked between configs; the pure outputs are zeroed first, the
+# written inputs restored before each check run (v's storage also in-graph before each timed call)
+PREFILL_OUTPUTS = {  # written only
+    "gate": ("gcum_rows", "spans"),
+    "intra": ("rnorm_q", "rnorm_k", "akk_rows", "aqk_rows"),
+    "solve": ("tinv_rows",),
+    "recompute_wk": ("w_rows", "kg_rows", "qg_rows", "decay_rows"),
+    "recompute_u": (),
+    "state": ("track_rows",),
+}
+PREFILL_INOUT = {"recompute_u": ("v_rows",), "state": ("u_rows", "pool_rows")}  # read, then written
+PREFILL_RESTORED_IN_GRAPH = ("v_rows", "u_rows")  # v's storage: U or o overwrite it
 METHOD = (
     "helion autotune seeded with the module default (CUDA graph benchmarking, pool of the bucket's slots), "
     "then per-call median of a CUDA graph of back-to-back calls with slots rotating over a pool larger than "
@@ -62,7 +99,7 @@ class Job:
 
     @property
     def name(self) -> str:
-        return f"{self.kernel} {self.bucket.slug()}"
+        return f"{self.kernel} {tuned.slug_of(self.kernel, self.bucket)}"
 
 
 @dataclass
@@ -89,7 +126,9 @@ def parse_kernels(text: str) -> list[str]:
     return kernels
 
 
-def parse_ints(text: str, option: str, allowed: tuple[int, ...] | None = None) -> tuple[int, ...]:
+def parse_ints(
+    text: str, option: str, allowed: tuple[int, ...] | None = None, what: str = "batch buckets"
+) -> tuple[int, ...]:
     try:
         values = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
@@ -97,16 +136,23 @@ def parse_ints(text: str, option: str, allowed: tuple[int, ...] | None = None) -
     if not values or any(v < 1 for v in values):
         raise UsageError(f"--{option}: expected positive integers (got {text!r})")
     if allowed is not None and (bad := [v for v in values if v not in allowed]):
-        raise UsageError(f"--{option}: {bad} are not batch buckets; buckets: {','.join(map(str, allowed))}")
+        raise UsageError(f"--{option}: {bad} are not {what}; {what}: {','.join(map(str, allowed))}")
     return values
 
 
-def plan(kernels: list[str], heads: tuple[int, ...], batches: tuple[int, ...], head_dim: int = HEAD_DIM):
+def plan(
+    kernels: list[str],
+    heads: tuple[int, ...],
+    batches: tuple[int, ...],
+    head_dim: int = HEAD_DIM,
+    tokens: tuple[int, ...] = DEFAULT_TOKENS,
+):
+    """Jobs in order: per kernel, per head count, per size (batch buckets; prefill: token buckets)."""
     return [
-        Job(kernel, Bucket(h, h, head_dim, head_dim, "fp32", b))
+        Job(kernel, Bucket(h, h, head_dim, head_dim, "fp32", size))
         for kernel in kernels
         for h in heads
-        for b in batches
+        for size in (tokens if kernel in PREFILL_KERNELS else batches)
     ]
 
 
@@ -196,23 +242,151 @@ def problem_for(job: Job, device, pool_slots: int = POOL_SLOTS):
     return verify_problem(job.bucket, job.kernel.removeprefix("verify-"), device, pool_slots)
 
 
+@dataclass
+class Problem:
+    """One job's kernel and inputs: what the search, the check and the timing need."""
+
+    fn: Any  # the Helion kernel function
+    default: Any  # its module default helion.Config
+    run_args: tuple  # the check's arguments
+    observed: list  # tensors the check compares between configs
+    mutated: list  # tensors restored before each check run
+    time: Callable[[Any], float]  # per-call us of a helion.Kernel on these inputs
+    search_args: Callable[[], tuple]  # the search's arguments (built when the search starts)
+    tolerances: tuple[float, ...] | None = None  # per observed tensor; None: by dtype
+    settings: dict = field(default_factory=dict)  # extra helion.kernel settings
+    tuning: dict = field(default_factory=dict)  # extra fields for the file's `tuning`
+
+
+def slot_problem(job: Job, device, pool_slots: int, time_us, slot_sets) -> Problem:
+    """Decode/verify: calls rotate over slot sets of a pool larger than L2; the search runs on a pool of only
+    the bucket's slots (Helion clones the mutated pool for every candidate)."""
+    fn, default, args, observed, mutated, first_slots = problem_for(job, device, pool_slots)
+    sets: list = []
+
+    def search_args() -> tuple:
+        _, _, s_args, _, _, s_slots = problem_for(job, device, job.bucket.batch)
+        return s_args(s_slots)
+
+    def time(kernel) -> float:
+        if not sets:
+            sets.extend(slot_sets(job.bucket.batch, pool_slots, device))
+        return time_us(lambda s: kernel(*args(s)), sets)
+
+    run_args = args(first_slots)
+    return Problem(
+        fn, default, run_args, observed(first_slots), mutated, time, search_args, tolerances=(2e-2, 1e-4),
+        tuning={
+            "method": METHOD,
+            "draft_tokens": DRAFT_TOKENS if job.kernel.startswith("verify") else None,
+            "pool_slots": pool_slots,
+        },
+    )  # fmt: skip
+
+
+def prefill_lengths(bucket: Bucket) -> list[int]:
+    """Sequence lengths a prefill bucket is tuned at: one sequence of the bucket's tokens (the longest serial
+    chain for the state pass; the bench's 1x4096 and 1x8192)."""
+    return [bucket.batch]
+
+
+class _Recorder:
+    """Stands in for one prefill kernel inside chunk_kda: keeps a copy of its arguments, then runs it."""
+
+    def __init__(self, kernel, launches: dict, name: str) -> None:
+        self.kernel, self.launches, self.name = kernel, launches, name
+
+    def __call__(self, *args):
+        self.launches[self.name] = tuple(a.clone() if hasattr(a, "clone") else a for a in args)
+        return self.kernel(*args)
+
+
+@contextlib.contextmanager
+def recorded_prefill_launches(name: str, launches: dict):
+    """Inside, chunk_kda records the arguments of its `name` launch into `launches[name]`."""
+    from kdakit.kernels import prefill
+
+    real = prefill._kernels_for
+
+    def recording(*args, **kwargs):
+        kernels = dict(real(*args, **kwargs))
+        kernels[name] = _Recorder(kernels[name], launches, name)
+        return kernels
+
+    prefill._kernels_for = recording
+    try:
+        yield
+    finally:
+        prefill._kernels_for = real
+
+
+def prefill_problem(job: Job, device, time_us) -> Problem:
+    """A prefill kernel's real arguments at the bucket: chunk_kda runs on PR-like inputs (default configs) and
+    the kernel's launch is recorded. Its pure outputs are zeroed (regions it never writes then agree between
+    configs); written inputs are restored before each check run, v's storage also in-graph when timed."""
+    import helion
+    import torch
+    from kdakit.kernels import prefill
+    from kdakit.kernels.prefill_timing import call, make_inputs
+
+    short = PREFILL_KERNELS[job.kernel]
+    b = job.bucket
+    lens = prefill_lengths(b)
+    x = make_inputs(
+        lens, H=b.heads, K=b.k, V=b.v, slots=PREFILL_SLOTS, device=device, lower_bound=LOWER_BOUND
+    )
+    x["pool"] = x["pool"].to(
+        {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[b.state_dtype]
+    )
+    launches: dict = {}
+    with recorded_prefill_launches(short, launches), tuned.configs_mode("default"):
+        call(prefill.chunk_kda, x, x["v"].clone(), x["pool"].clone())
+    args = launches[short]
+    by_name = dict(zip(inspect.signature(prefill._FNS[short]).parameters, args, strict=True))
+    outputs = [by_name[n] for n in PREFILL_OUTPUTS[short]]
+    inout = [by_name[n] for n in PREFILL_INOUT.get(short, ())]
+    for t in outputs:
+        t.zero_()
+    in_graph = [by_name[n] for n in PREFILL_INOUT.get(short, ()) if n in PREFILL_RESTORED_IN_GRAPH]
+    sources = [t.clone() for t in in_graph]
+
+    def restore() -> None:
+        for t, src in zip(in_graph, sources, strict=True):
+            t.copy_(src)
+
+    def time(kernel) -> float:
+        return time_us(lambda: kernel(*args), restore if in_graph else None)
+
+    def search_args() -> tuple:  # copies: the search must not touch the check's inputs
+        return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+    return Problem(
+        prefill._FNS[short], helion.Config(**prefill.DEFAULT_CONFIGS[short]), args, outputs + inout,
+        outputs + inout, time, search_args, settings={"ignore_warnings": prefill._IGNORED},
+        tuning={"method": PREFILL_METHOD, "sequence_lengths": lens, "pool_slots": PREFILL_SLOTS},
+    )  # fmt: skip
+
+
 # ------------------------------------------------------------------------------------------- GPU pieces
-def helion_autotune(fn, args: tuple, budget_s: int, effort: str, seeds=(), verbose: bool = False):
+def helion_autotune(
+    fn, args: tuple, budget_s: int, effort: str, seeds=(), verbose: bool = False, settings=None
+):
     """Helion's own search for `fn` at `args` (GPU only), its initial population seeded with `seeds`: the
     best helion.Config it finds. Raises (helion.exc.NoConfigFound, ...) when no candidate works."""
     import helion
 
     os.environ.setdefault("HELION_BENCHMARK_CUDAGRAPH", "1")
-    settings = {
+    options = {
         "static_shapes": False,
         "autotune_budget_seconds": int(budget_s),
         "autotune_effort": effort,
         "autotune_progress_bar": False,
         "autotune_seed_configs": list(seeds),
+        **(settings or {}),
     }
     if not verbose:
-        settings["autotune_log_level"] = logging.WARNING
-    kernel = helion.kernel(fn, **settings)
+        options["autotune_log_level"] = logging.WARNING
+    kernel = helion.kernel(fn, **options)
     return kernel.bind(args).autotune(args, force=True)
 
 
@@ -236,10 +410,34 @@ def graph_per_call_us(run: Callable[[object], None], slot_sets: list) -> float:
     return per_call
 
 
+def prefill_per_call_us(run: Callable[[], None], restore: Callable[[], None] | None) -> float:
+    """Per-call median (us) of a CUDA graph of back-to-back calls (GPU only); with `restore`, each call is
+    preceded by it in the graph and a graph of the restores alone is subtracted (prefill_timing's method)."""
+    from kdakit.kernels.prefill_timing import graph_time_us
+
+    if restore is None:
+        return graph_time_us(run)
+
+    def both() -> None:
+        restore()
+        run()
+
+    return graph_time_us(both) - graph_time_us(restore)
+
+
 def _close(got, want, tol: float) -> bool:
     import torch
 
     return bool(torch.allclose(got.float(), want.float(), atol=tol, rtol=tol))
+
+
+def _tolerance(t) -> float:
+    """By dtype: bf16/fp16 outputs 2e-2, fp32 1e-3 (another tiling reorders fp32 sums), integers exact."""
+    import torch
+
+    if t.dtype in (torch.bfloat16, torch.float16):
+        return 2e-2
+    return 1e-3 if t.is_floating_point() else 0.0
 
 
 # ----------------------------------------------------------------------------------------------- a job
@@ -256,6 +454,7 @@ def run_job(
     autotune: Callable[..., Any] = helion_autotune,
     time_us: Callable[[Callable, list], float] = graph_per_call_us,
     slot_sets: Callable[[int, int, Any], list] = rotating_slot_sets,
+    prefill_time_us: Callable[[Callable, Callable | None], float] = prefill_per_call_us,
 ) -> JobResult:
     """Search, check, time and write one (kernel, bucket). A failed search still writes the timed default
     (`search_error` says why); only a failure to run or time the default leaves the bucket without a file
@@ -266,20 +465,25 @@ def run_job(
     started = time.monotonic()
     result = JobResult(job)
     try:
-        fn, default, args, observed, mutated, first_slots = problem_for(job, device, pool_slots)
+        if job.kernel in PREFILL_KERNELS:
+            problem = prefill_problem(job, device, prefill_time_us)
+        else:
+            problem = slot_problem(job, device, pool_slots, time_us, slot_sets)
+        default = problem.default
         candidates = {"default": default}
         search_started = time.monotonic()
         try:
-            # a pool of only the bucket's slots: Helion clones the mutated pool for every candidate
-            _, _, s_args, _, _, s_slots = problem_for(job, device, job.bucket.batch)
-            best = autotune(fn, s_args(s_slots), budget_s, effort, seeds=[default])
+            extra = {"settings": problem.settings} if problem.settings else {}
+            best = autotune(problem.fn, problem.search_args(), budget_s, effort, seeds=[default], **extra)
             candidates["autotuned"] = helion.Config.from_dict(dict(best))
         except Exception as exc:
             result.search_error = f"{type(exc).__name__}: {exc}"[:300]
         search_s = time.monotonic() - search_started
         kernels = {
-            name: helion.kernel(fn, static_shapes=False, config=cfg) for name, cfg in candidates.items()
+            name: helion.kernel(problem.fn, static_shapes=False, config=cfg, **problem.settings)
+            for name, cfg in candidates.items()
         }
+        mutated = problem.mutated
         saved = [t.clone() for t in mutated]
 
         # same inputs, same starting state: the tuned config must reproduce the default's outputs. The
@@ -293,26 +497,25 @@ def run_job(
             for t, s in zip(mutated, saved, strict=True):
                 t.copy_(s)
             try:
-                kernel(*args(first_slots))
+                kernel(*problem.run_args)
             except Exception as exc:
                 if name == "default":
                     raise
                 drop_autotuned(f"autotuned config failed to run: {type(exc).__name__}: {exc}")
                 continue
-            outputs[name] = [t.clone() for t in observed(first_slots)]
+            outputs[name] = [t.clone() for t in problem.observed]
         if "autotuned" in outputs:
-            tolerances = (2e-2, 1e-4)  # bf16 output, fp32 state/snapshots
+            tolerances = problem.tolerances or [_tolerance(t) for t in outputs["default"]]
             for got, want, tol in zip(outputs["autotuned"], outputs["default"], tolerances, strict=True):
                 if not _close(got, want, tol):
                     err = float((got.float() - want.float()).abs().max())
                     drop_autotuned(f"autotuned config disagrees with the default (max abs diff {err:.3g})")
                     break
 
-        sets = slot_sets(job.bucket.batch, pool_slots, device)
         times = {}
         for name, kernel in list(kernels.items()):
             try:
-                times[name] = time_us(lambda s, kernel=kernel: kernel(*args(s)), sets)
+                times[name] = problem.time(kernel)
             except Exception as exc:
                 if name == "default":
                     raise
@@ -343,10 +546,8 @@ def run_job(
                 "budget_seconds": budget_s,
                 "effort": effort,
                 "seeded_with_default": True,
-                "method": METHOD,
-                "draft_tokens": DRAFT_TOKENS if job.kernel.startswith("verify") else None,
+                **problem.tuning,
                 "lower_bound": LOWER_BOUND,
-                "pool_slots": pool_slots,
                 "cuda": torch.version.cuda,
             },
         )
@@ -374,9 +575,9 @@ def status_line(r: JobResult) -> str:
 
 
 def render(results: list[JobResult]) -> str:
-    lines = [f"{'kernel':<13} {'bucket':<28} {'default us':>10} {'tuned us':>9} {'change':>7}  written"]
+    lines = [f"{'kernel':<20} {'bucket':<28} {'default us':>10} {'tuned us':>9} {'change':>7}  written"]
     for r in results:
-        head = f"{r.job.kernel:<13} {r.job.bucket.slug():<28}"
+        head = f"{r.job.kernel:<20} {tuned.slug_of(r.job.kernel, r.job.bucket):<28}"
         if r.error:
             lines.append(f"{head} FAILED, no file: {r.error}")
             continue
@@ -397,10 +598,11 @@ def run(args) -> int:
     kernels = parse_kernels(args.kernels)
     heads = parse_ints(args.heads, "heads")
     batches = parse_ints(args.batches, "batches", BATCH_BUCKETS)
+    tokens = parse_ints(args.tokens, "tokens", PREFILL_TOKEN_BUCKETS, "prefill token buckets")
     if args.budget_seconds < 1:
         raise UsageError(f"--budget-seconds must be >= 1 (got {args.budget_seconds})")
     out_dir = Path(args.out) if args.out else tuned.CONFIG_DIR
-    jobs = plan(kernels, heads, batches)
+    jobs = plan(kernels, heads, batches, tokens=tokens)
     total_min = len(jobs) * args.budget_seconds / 60
     header = (
         f"autotune {args.sku}: {len(jobs)} kernel/bucket tunes x {args.budget_seconds} s search budget "
@@ -410,7 +612,7 @@ def run(args) -> int:
     if args.dry_run:
         print(header)
         for job in jobs:
-            print(f"  {job.name:<40} -> {out_dir / args.sku / tuned.file_name(job.kernel, job.bucket)}")
+            print(f"  {job.name:<48} -> {out_dir / args.sku / tuned.file_name(job.kernel, job.bucket)}")
         return 0
     gpu_name = require_gpu(args.sku)
     from rich.console import Console

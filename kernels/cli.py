@@ -53,16 +53,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         "autotune",
         help="tune kdakit's Helion KDA kernels for this GPU's SKU and write config files (GPU only)",
         description="Helion's autotuner per kernel and shape bucket, then tuned vs default timed under CUDA "
-        "graph replay with rotating slots; the faster config is written to OUT/SKU/KERNEL-BUCKET.json.",
+        "graph replay (decode/verify: rotating slots; prefill: in-graph restore of v subtracted); the faster "
+        "config is written to OUT/SKU/KERNEL-BUCKET.json.",
     )
     tune.add_argument("--sku", required=True, help="the SKU of this GPU, e.g. h200 (checked against it)")
     tune.add_argument(
         "--kernels",
-        default="decode,verify",
-        help="subset of decode, verify (= verify-chain), verify-chain, verify-tree",
+        default="decode,verify,prefill",
+        help="subset of decode, verify (= verify-chain), verify-chain, verify-tree, prefill (= its six "
+        "kernels: prefill-gate, prefill-intra, prefill-solve, prefill-recompute-wk, prefill-recompute-u, "
+        "prefill-state)",
     )
     tune.add_argument("--heads", default="16,8", help="local KDA heads: 16 at TP4, 8 at TP8")
-    tune.add_argument("--batches", default="1,2,4,8,16,24,32,40,48", help="batch buckets to tune")
+    tune.add_argument(
+        "--batches", default="1,2,4,8,16,24,32,40,48", help="decode/verify batch buckets to tune"
+    )
+    tune.add_argument(
+        "--tokens",
+        default="4096,8192",
+        help="prefill total-token buckets to tune (of 4096, 8192, 16384; default: the bench's shapes)",
+    )
     tune.add_argument("--budget-seconds", type=int, default=60, help="Helion search budget per bucket")
     tune.add_argument(
         "--effort",

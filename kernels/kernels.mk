@@ -18,12 +18,13 @@ kernels-fetch-upstream: ## Extract SGLang's KDA kernel modules from the pinned w
 kernels-patch-check: ## Check that kdakit's SGLang patch applies to the installed sglang (or already is)
 	$(KDAKIT) kernels patch --check
 
-AUTOTUNE_KERNELS ?= decode,verify
+AUTOTUNE_KERNELS ?= decode,verify,prefill
 AUTOTUNE_HEADS ?= 16,8
 AUTOTUNE_BATCHES ?= 1,2,4,8,16,24,32,40,48
+AUTOTUNE_TOKENS ?= 4096,8192
 AUTOTUNE_BUDGET ?= 60
 
 .PHONY: autotune
-autotune: ## Tune kdakit's Helion KDA kernels on this GPU (run inside the image) and write kernels/configs/$(SKU)/. Vars: SKU=h200 AUTOTUNE_KERNELS=decode,verify AUTOTUNE_HEADS=16,8 AUTOTUNE_BATCHES=1,...,48 AUTOTUNE_BUDGET=60 (s per bucket)
+autotune: ## Tune kdakit's Helion KDA kernels on this GPU (run inside the image) and write kernels/configs/$(SKU)/. Vars: SKU=h200 AUTOTUNE_KERNELS=decode,verify,prefill AUTOTUNE_HEADS=16,8 AUTOTUNE_BATCHES=1,...,48 AUTOTUNE_TOKENS=4096,8192 (prefill) AUTOTUNE_BUDGET=60 (s per bucket)
 	$(KDAKIT) kernels autotune --sku $(SKU) --kernels $(AUTOTUNE_KERNELS) --heads $(AUTOTUNE_HEADS) \
-	  --batches $(AUTOTUNE_BATCHES) --budget-seconds $(AUTOTUNE_BUDGET)
+	  --batches $(AUTOTUNE_BATCHES) --tokens $(AUTOTUNE_TOKENS) --budget-seconds $(AUTOTUNE_BUDGET)

@@ -51,6 +51,7 @@ import os
 import helion
 import helion.language as hl
 import torch
+from kdakit.kernels import tuned
 
 CHUNK = 64  # (written as a literal inside kernel bodies: Helion passes module globals as runtime args)
 SUB = 16  # sub-block rows of the 64x64 intra-chunk matrices (literal 16 inside the kernels)
@@ -525,10 +526,12 @@ def _chunk_start_states(w, u_rows, kg, decay, pool, indices, cu, HV, K, V, dtype
 # configs and the entry point
 # --------------------------------------------------------------------------------------------------------
 
-# Fixed configs (no runtime autotuning). Small programs with few warps: the intra-chunk work is many 16-row
+# Module defaults (no runtime autotuning). Small programs with few warps: the intra-chunk work is many 16-row
 # and 64-row dots, and a program that holds little runs many to an SM (8-warp versions of these kernels
 # used 255 registers a thread, one program per SM, and were latency-bound: 250 and 191 us at 1x4096).
 # Warps and tiles: the H200 sweep of 2026-11-29 (kernels/measurements/h200_prefill_sweep.json).
+# At run time, per kernel: a config set by configure() / KDAKIT_PREFILL_CONFIGS wins, else the tuned config
+# shipped for the GPU's SKU and bucket (`prefill-<kernel>` files, kdakit.kernels.tuned), else these.
 DEFAULT_CONFIGS: dict[str, dict] = {
     # block_sizes in trace order
     "gate": {
@@ -552,14 +555,37 @@ _FNS = {
     "recompute_u": _recompute_u_fn,
     "state": _state_pass_fn,
 }
-_kernels: dict[str, helion.Kernel] = {}
+_kernels: dict[str, helion.Kernel] = {}  # the configured (explicit or default) kernel of each name
+_TUNED_NAMES = {short: name for name, short in tuned.PREFILL_KERNELS.items()}
 
 
 _built: dict[str, tuple] = {}
+_explicit: set[str] = set()  # names set by configure(): they win over tuned configs
+_by_config: dict[tuple, helion.Kernel] = {}  # (name, config signature) -> kernel, shared by buckets
+_for_bucket: dict[tuple, dict[str, helion.Kernel]] = {}  # (tuned generation, mode, bucket) -> kernels
+
+
+def _signature(cfg: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in cfg.items()))
+
+
+def _kernel(name: str, cfg: dict) -> helion.Kernel:
+    """The kernel of `name` under `cfg` (one object per distinct config: compiled once)."""
+    key = (name, _signature(cfg))
+    if key not in _by_config:
+        _by_config[key] = helion.kernel(
+            _FNS[name],
+            static_shapes=False,
+            config=helion.Config(**cfg),
+            key=_size_one_key,
+            ignore_warnings=_IGNORED,
+        )
+    return _by_config[key]
 
 
 def configure(configs: dict[str, dict] | None = None) -> None:
-    """Set the kernels' configs (missing names keep the defaults); for tuning.
+    """Set the kernels' configs explicitly (they win over shipped tuned configs; missing names go back to
+    tuned-or-default selection); for tuning.
 
     Only kernels whose config changed are rebuilt (a rebuild means a new trace and compile)."""
     merged = {name: dict(cfg) for name, cfg in DEFAULT_CONFIGS.items()}
@@ -567,17 +593,14 @@ def configure(configs: dict[str, dict] | None = None) -> None:
         if name not in merged:
             raise ValueError(f"unknown prefill kernel {name!r}; known: {sorted(merged)}")
         merged[name] = dict(cfg)
-    for name, fn in _FNS.items():
-        signature = tuple(sorted((k, str(v)) for k, v in merged[name].items()))
+    _explicit.clear()
+    _explicit.update(configs or {})
+    _for_bucket.clear()
+    for name in _FNS:
+        signature = _signature(merged[name])
         if _built.get(name) == signature:
             continue
-        _kernels[name] = helion.kernel(
-            fn,
-            static_shapes=False,
-            config=helion.Config(**merged[name]),
-            key=_size_one_key,
-            ignore_warnings=_IGNORED,
-        )
+        _kernels[name] = _kernel(name, merged[name])
         _built[name] = signature
 
 
@@ -587,7 +610,42 @@ configure()
 def reset() -> None:
     """Fresh kernel objects (drops every compiled specialization), as in a new process."""
     _built.clear()
+    _by_config.clear()
     configure({})
+
+
+def _kernels_for(bucket: tuned.Bucket | None, device) -> dict[str, helion.Kernel]:
+    """The six kernels for this call: explicit configs, else the shipped tuned ones for the GPU's SKU and
+    bucket, else the defaults (one KernelConfigWarning per bucket, from tuned.select_group). Cached per
+    bucket: after the first call of a bucket this is one dict lookup (no file access, no host sync)."""
+    if bucket is None:  # a pool dtype tuned files do not describe: configured kernels
+        return _kernels
+    key = (tuned.generation(), tuned.mode(), bucket)
+    kernels = _for_bucket.get(key)
+    if kernels is None:
+        defaults = {
+            _TUNED_NAMES[name]: helion.Config(**DEFAULT_CONFIGS[name])
+            for name in _FNS
+            if name not in _explicit
+        }
+        chosen = tuned.select_group("prefill", defaults, bucket, device) if defaults else {}
+        kernels = dict(_kernels)
+        for name in _FNS:
+            if name in _explicit:
+                tuned.note_explicit(_TUNED_NAMES[name], bucket, None)
+                continue
+            cfg = dict(chosen[_TUNED_NAMES[name]])
+            if _signature(cfg) != _signature(DEFAULT_CONFIGS[name]):
+                kernels[name] = _kernel(name, cfg)
+        _for_bucket[key] = kernels
+    return kernels
+
+
+def _bucket(total: int, H: int, HV: int, K: int, V: int, pool_dtype: torch.dtype) -> tuned.Bucket | None:
+    state = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(pool_dtype)
+    if state is None:
+        return None
+    return tuned.Bucket(H, HV, K, V, state, tuned.batch_bucket(max(total, 1), tuned.PREFILL_TOKEN_BUCKETS))
 
 
 def _configure_from_env() -> None:
@@ -703,6 +761,7 @@ def chunk_kda(
     if initial_state_indices.numel() != N:
         raise ValueError(f"initial_state_indices must have one slot per sequence ({N})")
     total = B * T
+    kernels = _kernels_for(_bucket(total, H, HV, K, V, initial_state.dtype), q.device)
     ends, slots = _chunk_ends(cu_seqlens, B, total if cu_seqlens is not None else T, q.device)
 
     # token rows [T, heads*dim] with any row stride: views of SGLang's packed conv output stay views
@@ -734,27 +793,27 @@ def chunk_kda(
     rnorm_k = torch.empty_like(rnorm_q)
     spans = torch.empty(slots, 2, dtype=torch.int64, device=dev)
     l2norm, raw_beta, group = bool(use_qk_l2norm_in_kernel), bool(beta_is_raw), HV // H
-    _kernels["gate"](
+    kernels["gate"](
         g_rows, a_log, bias, cu, ends, gcum, spans,
         float(lower_bound if lower_bound is not None else 0.0), gate_mode, has_bias, HV,
     )  # fmt: skip
     akk = torch.empty(total * HV, CHUNK, dtype=torch.float32, device=dev)
     aqk = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
-    _kernels["intra"](
+    kernels["intra"](
         q_rows, k_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, akk, aqk, float(scale),
         l2norm, raw_beta, HV, group,
     )  # fmt: skip
     tinv = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
-    _kernels["solve"](akk, spans, tinv, HV)
+    kernels["solve"](akk, spans, tinv, HV)
     w = torch.empty(total * HV, K, dtype=act, device=dev)
     kg = torch.empty_like(w)
     qg = torch.empty_like(w)
     decay = torch.empty(slots * HV, K, dtype=torch.float32, device=dev)
-    _kernels["recompute_wk"](
+    kernels["recompute_wk"](
         q_rows, k_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, tinv, w, kg, qg, decay, float(scale),
         raw_beta, HV, group,
     )  # fmt: skip
-    _kernels["recompute_u"](v_rows, beta_rows, spans, tinv, raw_beta, HV)
+    kernels["recompute_u"](v_rows, beta_rows, spans, tinv, raw_beta, HV)
 
     has_track = track_state is not None
     if has_track:
@@ -771,7 +830,7 @@ def chunk_kda(
             w, v_rows, kg, decay, initial_state, initial_state_indices, cu, HV, K, V, q.dtype
         )
     pool_rows = initial_state.view(-1, K)
-    _kernels["state"](
+    kernels["state"](
         w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
         track_rows, track_chunk, has_track, HV,
     )  # fmt: skip

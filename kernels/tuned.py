@@ -31,9 +31,16 @@ Version policy (what a file records vs what is installed):
 Environment: KDAKIT_KERNEL_SKU (override the SKU derived from the GPU name), KDAKIT_KERNEL_CONFIG_DIR (read
 configs from another folder), KDAKIT_KERNEL_CONFIGS=default (ignore shipped configs, e.g. to compare).
 
-A new kernel (prefill) opts in with a few lines: an entry in KERNEL_FUNCTIONS (and SIZE_BUCKETS if it is not
-bucketed by batch), and `tuned.select(name, Bucket(...), DEFAULT_CONFIG, device)` where it builds its Helion
-kernel (see decode.py's `_config_for`); `kdakit kernels autotune` then needs an input builder for it
+Prefill: each of its six Helion kernels has its own files (`prefill-gate`, `prefill-intra`, `prefill-solve`,
+`prefill-recompute-wk`, `prefill-recompute-u`, `prefill-state`): they are separate launches with their own
+config spaces and source hashes, so an edit to one kernel stales only its files. Their bucket's size field is
+the total token count (B x T) bucketed to PREFILL_TOKEN_BUCKETS (slug `t<tokens>` instead of `b<batch>`);
+heads, value heads, K, V and the pool dtype must match exactly. `prefill.chunk_kda` selects all six at once
+(`select_group`), so a bucket without configs costs one warning, not six.
+
+A new kernel opts in with a few lines: an entry in KERNEL_FUNCTIONS (and SIZE_BUCKETS if it is not bucketed by
+batch), and `tuned.select(name, Bucket(...), DEFAULT_CONFIG, device)` where it builds its Helion kernel (see
+decode.py's `_config_for`); `kdakit kernels autotune` then needs an input builder for it
 (`autotune.problem_for`) and a `--kernels` name in KERNEL_GROUPS.
 """
 
@@ -48,6 +55,7 @@ import inspect
 import json
 import os
 import re
+import types
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -69,13 +77,47 @@ KERNEL_FUNCTIONS = {
     "verify-chain": "kdakit.kernels.verify:_verify",
     "verify-tree": "kdakit.kernels.verify:_verify",
 }
-# The leading size a kernel is bucketed by (decode/verify: requests at SGLang's CUDA graph batch sizes). A
-# kernel bucketed otherwise (prefill: total tokens) registers its own sizes here.
-SIZE_BUCKETS: dict[str, tuple[int, ...]] = {}
+# tuned name -> prefill.py's kernel name (its key in DEFAULT_CONFIGS / configure())
+PREFILL_KERNELS = {
+    "prefill-gate": "gate",
+    "prefill-intra": "intra",
+    "prefill-solve": "solve",
+    "prefill-recompute-wk": "recompute_wk",
+    "prefill-recompute-u": "recompute_u",
+    "prefill-state": "state",
+}
+_PREFILL_FUNCTIONS = {
+    "gate": "_gate_cumsum_fn",
+    "intra": "_intra_chunk_fn",
+    "solve": "_solve_fn",
+    "recompute_wk": "_recompute_wk_fn",
+    "recompute_u": "_recompute_u_fn",
+    "state": "_state_pass_fn",
+}
+KERNEL_FUNCTIONS.update(
+    {name: f"kdakit.kernels.prefill:{_PREFILL_FUNCTIONS[short]}" for name, short in PREFILL_KERNELS.items()}
+)
+# Prefill's total tokens (B x T) bucket: the grids of all six kernels scale with the chunk count, so the token
+# count is what moves their best config. 4096 and 8192 are the bench's shapes (1x4096; 1x8192 and 2x4096),
+# 16384 stands for SGLang's larger chunked-prefill sizes; a prefill uses the smallest bucket >= its tokens,
+# anything above 16384 the 16384 one.
+PREFILL_TOKEN_BUCKETS = (4096, 8192, 16384)
+# The leading size a kernel is bucketed by (decode/verify: requests at SGLang's CUDA graph batch sizes;
+# prefill: total tokens).
+SIZE_BUCKETS: dict[str, tuple[int, ...]] = {name: PREFILL_TOKEN_BUCKETS for name in PREFILL_KERNELS}
 
 
 def size_buckets(kernel: str) -> tuple[int, ...]:
     return SIZE_BUCKETS.get(kernel, BATCH_BUCKETS)
+
+
+def size_label(kernel: str) -> str:
+    """The bucket slug's size prefix: `t` (total tokens) for prefill kernels, `b` (batch) for the others."""
+    return "t" if kernel in PREFILL_KERNELS else "b"
+
+
+def slug_of(kernel: str, bucket: Bucket) -> str:
+    return bucket.slug(size_label(kernel))
 
 
 # `--kernels` names of `kdakit kernels autotune` -> kernel names
@@ -84,6 +126,8 @@ KERNEL_GROUPS = {
     "verify": ("verify-chain",),
     "verify-chain": ("verify-chain",),
     "verify-tree": ("verify-tree",),
+    "prefill": tuple(PREFILL_KERNELS),
+    **{name: (name,) for name in PREFILL_KERNELS},
 }
 
 # GPU name (lower case) substrings -> SKU folder, most specific first
@@ -134,12 +178,12 @@ class Bucket(NamedTuple):
     state_dtype: str
     batch: int
 
-    def slug(self) -> str:
-        return f"h{self.heads}-hv{self.value_heads}-k{self.k}-v{self.v}-{self.state_dtype}-b{self.batch}"
+    def slug(self, size: str = "b") -> str:
+        return f"h{self.heads}-hv{self.value_heads}-k{self.k}-v{self.v}-{self.state_dtype}-{size}{self.batch}"
 
 
 def file_name(kernel: str, bucket: Bucket) -> str:
-    return f"{kernel}-{bucket.slug()}.json"
+    return f"{kernel}-{slug_of(kernel, bucket)}.json"
 
 
 @dataclass
@@ -265,10 +309,37 @@ def kernel_function(kernel: str):
     return getattr(importlib.import_module(module), name)
 
 
+def _helpers(fn) -> list:
+    """The module-level functions of fn's module that fn calls, transitively (Helion traces through them, so
+    they are part of the kernel body), in first-call order."""
+    found: list = []
+
+    def names(code) -> list[str]:
+        out = list(code.co_names)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                out += names(const)
+        return out
+
+    def walk(f) -> None:
+        for name in names(f.__code__):
+            obj = f.__globals__.get(name)
+            if isinstance(obj, types.FunctionType) and obj.__module__ == fn.__module__ and obj is not fn:
+                if obj not in found:
+                    found.append(obj)
+                    walk(obj)
+
+    walk(fn)
+    return found
+
+
 @functools.cache
 def source_sha256(kernel: str) -> str:
-    """sha256 of the kernel function's source: a config's positional per-load lists only fit that body."""
-    return hashlib.sha256(inspect.getsource(kernel_function(kernel)).encode()).hexdigest()
+    """sha256 of the kernel function's source followed by the source of the module helpers it calls (none for
+    decode/verify): a config's positional per-load lists only fit that traced body."""
+    fn = kernel_function(kernel)
+    text = inspect.getsource(fn) + "".join(inspect.getsource(h) for h in _helpers(fn))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _base(version: str) -> str:
@@ -318,6 +389,7 @@ _selected: dict[tuple[str, str, Bucket], Any] = {}
 _active: dict[tuple[str, str, Bucket], Selection] = {}
 _warned: set[tuple[str, Bucket]] = set()
 _mode: str | None = None
+_generation = 0  # bumped by reset(): callers that cache selections (prefill) key on it
 
 
 def config_dir() -> Path:
@@ -353,8 +425,14 @@ def set_mode(value: str) -> None:
     reset()
 
 
+def generation() -> int:
+    return _generation
+
+
 def reset() -> None:
     """Forget every selection (the next call per bucket looks again and may warn again)."""
+    global _generation
+    _generation += 1
     _selected.clear()
     _active.clear()
     _warned.clear()
@@ -397,16 +475,22 @@ def _sku_index(directory: str, sku: str) -> tuple[dict, dict]:
 
 
 def tune_command(kernel: str, sku: str, bucket: Bucket) -> str:
+    """The command that tunes `kernel` (or the group "prefill") at `bucket` on a GPU of `sku`."""
+    if kernel == "prefill" or kernel in PREFILL_KERNELS:
+        return (
+            f"kdakit kernels autotune --sku {sku} --kernels {kernel} --heads {bucket.value_heads} "
+            f"--tokens {bucket.batch} (or: make autotune SKU={sku} AUTOTUNE_KERNELS=prefill)"
+        )
     return (
         f"kdakit kernels autotune --sku {sku} --kernels {kernel} --heads {bucket.value_heads} "
         f"--batches {bucket.batch} (or: make autotune SKU={sku})"
     )
 
 
-def _warn_once(key: tuple[str, Bucket], message: str) -> None:
+def _warn_once(key: tuple[str, Bucket], message: str, stacklevel: int = 5) -> None:
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(message, KernelConfigWarning, stacklevel=4)
+        warnings.warn(message, KernelConfigWarning, stacklevel=stacklevel)
 
 
 def select(kernel: str, bucket: Bucket, default, device=None):
@@ -415,51 +499,104 @@ def select(kernel: str, bucket: Bucket, default, device=None):
     chosen = _selected.get(key)
     if chosen is not None:
         return chosen
-    chosen, selection = _resolve(kernel, bucket, default, device)
+    chosen, selection, notice = _resolve(kernel, bucket, default, device)
     _selected[key] = chosen
     _active[key] = selection
+    if notice is not None:
+        _warn_once((kernel, bucket), notice.message(tune_command(kernel, notice.sku, bucket)))
     return chosen
 
 
-def _resolve(kernel: str, bucket: Bucket, default, device):
-    key = (kernel, bucket)
+def select_group(group: str, defaults: dict[str, Any], bucket: Bucket, device=None) -> dict[str, Any]:
+    """`select` for the kernels one entry point launches together (prefill's six): {kernel: config}. What
+    would be one warning per kernel is ONE warning for the group and bucket, listing each kernel's reason and
+    the command that tunes the group. Each kernel's selection is cached as `select` caches it."""
+    chosen, notices = {}, []
+    for kernel, default in defaults.items():
+        key = (mode(), kernel, bucket)
+        if key in _selected:
+            chosen[kernel] = _selected[key]
+            continue
+        chosen[kernel], _active[key], notice = _resolve(kernel, bucket, default, device)
+        _selected[key] = chosen[kernel]
+        if notice is not None:
+            notices.append((kernel, notice))
+    if notices:
+        sku = notices[0][1].sku
+        reasons = "; ".join(f"{kernel}: {n.short}" for kernel, n in notices)
+        used = [kernel for kernel, n in notices if n.kind == "flagged"]
+        action = (
+            f"{len(used)} tuned config(s) used anyway ({', '.join(used)}), the others run their defaults"
+            if used
+            else "running the default configs"
+        )
+        _warn_once(
+            (group, bucket),
+            f"kdakit: {len(notices)} of {len(defaults)} {group} kernels have no usable tuned config for "
+            f"{sku} at {slug_of(next(iter(defaults)), bucket)} ({reasons}): {action}. Tune them on this GPU: "
+            f"{tune_command(group, sku, bucket)}",
+        )
+    return chosen
+
+
+class _Notice(NamedTuple):
+    """Why a selection warns: kind "missing" | "refused" (the default runs) | "flagged" (the file runs)."""
+
+    kind: str
+    sku: str
+    short: str
+    text: str  # the single-kernel message, `{command}` where the tune command goes
+
+    def message(self, command: str) -> str:
+        return self.text.replace("{command}", command)
+
+
+def _resolve(kernel: str, bucket: Bucket, default, device) -> tuple[Any, Selection, _Notice | None]:
     if mode() == "default":
-        return default, Selection("default", None, f"{ENV_MODE}=default")
+        return default, Selection("default", None, f"{ENV_MODE}=default"), None
     sku = current_sku(device)
     if sku is None:
-        return default, Selection("default", None, "no GPU SKU (CPU)")
+        return default, Selection("default", None, "no GPU SKU (CPU)"), None
     directory = config_dir()
     found, errors = _sku_index(str(directory), sku)
-    entry = found.get(key)
+    entry = found.get((kernel, bucket))
+    slug = slug_of(kernel, bucket)
     if entry is None:
         why = f"no tuned config for {sku}"
-        _warn_once(
-            key,
-            f"kdakit: no tuned {kernel} config for {sku} at {bucket.slug()} in {directory / sku}: running "
-            f"the default config. Tune it on this GPU: {tune_command(kernel, sku, bucket)}",
+        notice = _Notice(
+            "missing",
+            sku,
+            f"no file {file_name(kernel, bucket)}",
+            f"kdakit: no tuned {kernel} config for {sku} at {slug} in {directory / sku}: running "
+            "the default config. Tune it on this GPU: {command}",
         )
         if errors:
             why += f" ({len(errors)} unreadable file(s) in {directory / sku})"
-        return default, Selection("default", None, why)
+        return default, Selection("default", None, why), notice
     tc, path = entry
     versions = installed_versions()
     problems = mismatches(tc, versions, source_sha256(kernel))
     if problems:
-        _warn_once(
-            key,
+        notice = _Notice(
+            "refused",
+            sku,
+            f"{path} not used: {'; '.join(problems)}",
             f"kdakit: tuned config {path} is not used: {'; '.join(problems)}. Running the default config; "
-            f"re-tune: {tune_command(kernel, sku, bucket)}",
+            "re-tune: {command}",
         )
-        return default, Selection("default", path, "; ".join(problems))
+        return default, Selection("default", path, "; ".join(problems)), notice
     flags = version_flags(tc, versions)
     if flags:
-        _warn_once(
-            key,
+        notice = _Notice(
+            "flagged",
+            sku,
+            f"{path} used, but {'; '.join(flags)}",
             f"kdakit: tuned config {path} is used, but it was {'; '.join(flags)}: its measured advantage may "
-            f"not hold with these versions. Re-tune in the image: {tune_command(kernel, sku, bucket)}",
+            "not hold with these versions. Re-tune in the image: {command}",
         )
-        return tc.helion_config(), Selection("shipped", path, f"tuned on {tc.gpu_name}; {'; '.join(flags)}")
-    return tc.helion_config(), Selection("shipped", path, f"tuned on {tc.gpu_name}")
+        selection = Selection("shipped", path, f"tuned on {tc.gpu_name}; {'; '.join(flags)}")
+        return tc.helion_config(), selection, notice
+    return tc.helion_config(), Selection("shipped", path, f"tuned on {tc.gpu_name}"), None
 
 
 def note_explicit(kernel: str, bucket: Bucket, config) -> None:
@@ -470,7 +607,14 @@ def note_explicit(kernel: str, bucket: Bucket, config) -> None:
 def active() -> list[dict]:
     """What each (mode, kernel, bucket) used so far in this process: for bench records and debugging."""
     return [
-        {"kernel": k, "bucket": b.slug(), "source": s.source, "path": s.path, "reason": s.reason, "mode": m}
+        {
+            "kernel": k,
+            "bucket": slug_of(k, b),
+            "source": s.source,
+            "path": s.path,
+            "reason": s.reason,
+            "mode": m,
+        }
         for (m, k, b), s in sorted(_active.items(), key=lambda item: (item[0][1], item[0][2], item[0][0]))
     ]
 
@@ -505,6 +649,12 @@ def inventory(sku: str, directory: Path | None = None) -> list[dict]:
     for (kernel, bucket), (tc, path) in found.items():
         problems = mismatches(tc, versions, source_sha256(kernel))
         flags = [] if problems else version_flags(tc, versions)
-        row = {"path": path, "kernel": kernel, "bucket": bucket.slug(), "problems": problems, "flags": flags}
+        row = {
+            "path": path,
+            "kernel": kernel,
+            "bucket": slug_of(kernel, bucket),
+            "problems": problems,
+            "flags": flags,
+        }
         rows.append(row | {"tuning": tc.tuning})
     return sorted(rows, key=lambda r: r["path"])
