@@ -403,3 +403,36 @@ def test_the_prefill_timer_restores_v_in_graph_and_subtracts_the_restore(monkeyp
     assert autotune.prefill_per_call_us(lambda: steps.append("run"), lambda: steps.append("restore")) == 70.0
     assert bodies == [["restore", "run"], ["restore"]]
     assert autotune.prefill_per_call_us(lambda: steps.append("run"), None) == 55.0
+
+
+def test_selftest_lists_shipped_prefill_configs_and_fails_stale_ones():
+    from kdakit import selftest
+
+    tuned.write_file(_record(), tuned.config_dir())
+    tuned.write_file(_record("prefill-state", config=STATE, source_sha256="3" * 64), tuned.config_dir())
+    rows = {c.name: c for c in selftest.config_checks("helion", {"gpu": False})}
+    good = rows[f"config {SKU}/prefill-intra-h2-hv2-k32-v32-fp32-t4096.json"]
+    stale = rows[f"config {SKU}/prefill-state-h2-hv2-k32-v32-fp32-t4096.json"]
+    assert good.status == "PASS" and "8.0 us tuned vs 10.0 us default" in good.detail
+    assert stale.status == "FAIL" and "kernel source changed" in stale.detail
+
+
+@pytest.mark.gpu
+def test_autotune_one_prefill_kernel_bucket_on_the_gpu_and_select_it(tmp_path, monkeypatch, capsys):
+    """The real command on a GPU (never run yet: written without GPU access). One kernel, one bucket, 20 s of
+    search: it writes a config that chunk_kda then selects for this GPU at that bucket."""
+    monkeypatch.delenv(tuned.ENV_SKU)
+    monkeypatch.setenv(tuned.ENV_DIR, str(tmp_path / "configs"))
+    sku = tuned.sku_of(torch.cuda.get_device_name(0))
+    argv = ["kernels", "autotune", "--sku", sku, "--kernels", "prefill-solve", "--heads", "16"]
+    argv += ["--tokens", "4096", "--budget-seconds", "20", "--out", str(tmp_path / "configs")]
+    assert main(argv) == 0
+    path = tmp_path / "configs" / sku / "prefill-solve-h16-hv16-k128-v128-fp32-t4096.json"
+    record = tuned.load_file(path)
+    assert record.tuning["default_per_call_us"] > 0 and record.tuning["sequence_lengths"] == [4096]
+    assert "default us" in capsys.readouterr().out
+    tuned.reset()
+    bucket = prefill._bucket(4096, 16, 16, 128, 128, torch.float32)
+    kernels, _ = _warnings_of(lambda: prefill._kernels_for(bucket, torch.device("cuda")))
+    assert _config_of(kernels["solve"]) == record.config
+    assert {r["kernel"]: r["source"] for r in tuned.active()}["prefill-solve"] == "shipped"
