@@ -264,7 +264,10 @@ def test_full_flow_and_faults(cluster):
         assert "kdakit-fake-openai listening" in (host_dir / "diag" / "kdakit-sglang.log").read_text()
         inspect = json.loads((host_dir / "diag" / "kdakit-sglang.inspect.json").read_text())
         assert inspect[0]["HostConfig"]["IpcMode"] == "host"
-        assert json.loads((host_dir / "provenance.json").read_text())["image_id"].startswith("sha256:")
+        image_id = json.loads((host_dir / "provenance.json").read_text())["image_id"]
+        assert image_id.startswith("sha256:")
+        # eval and bench ran in that image and say so in their records
+        assert {r["provenance"]["image_id"] for r in by_kind.values()} == {image_id}
     for path in results.rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), f"the HF token leaked into {path}"
