@@ -177,6 +177,9 @@ def _ping(sock: Path) -> bool:
         return False
 
 
+CONTAINERD_SLOW = "timeout waiting for containerd to start"
+
+
 def start(
     root: Path,
     *,
@@ -184,8 +187,31 @@ def start(
     timeout: float = 60,
     lock_timeout: float = 1800,
     extra_args: tuple[str, ...] = (),
+    attempts: int = 3,
 ) -> Dockerd:
-    """Start a dockerd whose whole state lives under root; return once its API answers."""
+    """Start a dockerd whose whole state lives under root; return once its API answers.
+
+    dockerd gives the containerd it starts a fixed time to come up and exits when it does not; on a busy
+    2-core machine that happens now and then, so that one failure is retried."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return _start_once(
+                root, netns=netns, timeout=timeout, lock_timeout=lock_timeout, extra_args=extra_args
+            )
+        except DockerdError as exc:
+            if CONTAINERD_SLOW not in str(exc) or attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _start_once(
+    root: Path,
+    *,
+    netns: str | None,
+    timeout: float,
+    lock_timeout: float,
+    extra_args: tuple[str, ...],
+) -> Dockerd:
     reason = unavailable_reason()
     if reason:
         raise DockerdError(reason)
