@@ -215,8 +215,9 @@ def config_checks(arm: str, facts: dict, environ: dict | None = None) -> list[Ch
             Check(
                 name,
                 SKIP,
-                f"none shipped for {sku} in {directory}: kdakit's decode/verify run their default configs "
-                f"(tune on this GPU: kdakit kernels autotune --sku {sku}, or make autotune SKU={sku})",
+                f"none shipped for {sku} in {directory}: kdakit's decode, verify and prefill kernels run "
+                f"their default configs (tune on this GPU: kdakit kernels autotune --sku {sku}, or make "
+                f"autotune SKU={sku})",
             )
         )
     elif sku is None and not shipped:
