@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,11 @@ class Dockerd:
     netns: str | None
     process: subprocess.Popen
     _lock_fd: int = field(repr=False)
+    exec_root: Path | None = None  # root/exec, or a short folder when that path is too long for sockets
+
+    def __post_init__(self) -> None:
+        if self.exec_root is None:
+            self.exec_root = self.root / "exec"
 
     @property
     def socket(self) -> Path:
@@ -115,8 +121,11 @@ class Dockerd:
                 except subprocess.TimeoutExpired:
                     self.process.kill()
                     self.process.wait(10)
-            _kill_pidfile(self.root / "exec" / "containerd" / "containerd.pid", "containerd")
+            _kill_pidfile(self.exec_root / "containerd" / "containerd.pid", "containerd")
             unmount_under(self.root)
+            if not self.exec_root.is_relative_to(self.root):
+                unmount_under(self.exec_root)
+                shutil.rmtree(self.exec_root, ignore_errors=True)
             (self.root / "dockerd.pid").unlink(missing_ok=True)
         finally:
             if self._lock_fd >= 0:
@@ -177,9 +186,6 @@ def _ping(sock: Path) -> bool:
         return False
 
 
-CONTAINERD_SLOW = "timeout waiting for containerd to start"
-
-
 def start(
     root: Path,
     *,
@@ -187,31 +193,8 @@ def start(
     timeout: float = 60,
     lock_timeout: float = 1800,
     extra_args: tuple[str, ...] = (),
-    attempts: int = 3,
 ) -> Dockerd:
-    """Start a dockerd whose whole state lives under root; return once its API answers.
-
-    dockerd gives the containerd it starts a fixed time to come up and exits when it does not; on a busy
-    2-core machine that happens now and then, so that one failure is retried."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return _start_once(
-                root, netns=netns, timeout=timeout, lock_timeout=lock_timeout, extra_args=extra_args
-            )
-        except DockerdError as exc:
-            if CONTAINERD_SLOW not in str(exc) or attempt == attempts:
-                raise
-    raise AssertionError("unreachable")
-
-
-def _start_once(
-    root: Path,
-    *,
-    netns: str | None,
-    timeout: float,
-    lock_timeout: float,
-    extra_args: tuple[str, ...],
-) -> Dockerd:
+    """Start a dockerd whose whole state lives under root; return once its API answers."""
     reason = unavailable_reason()
     if reason:
         raise DockerdError(reason)
@@ -244,12 +227,17 @@ def _start_once(
         pidfile.unlink(missing_ok=True)  # a stale pidfile makes dockerd refuse to start
         unmount_under(root)
         (root / "docker.sock").unlink(missing_ok=True)
+        exec_root = root / "exec"
+        if len(str(exec_root / "containerd" / "containerd-debug.sock")) > 100:
+            # containerd puts its sockets under the exec root and unix socket paths stop at ~104 bytes: a
+            # deep root (a pytest temp dir numbered past 99) gets a short exec root instead
+            exec_root = Path(tempfile.mkdtemp(prefix="kdakit-exec-", dir="/tmp"))
         cmd = [
             DOCKERD,
             "--data-root",
             str(root / "data"),
             "--exec-root",
-            str(root / "exec"),
+            str(exec_root),
             "-H",
             f"unix://{root / 'docker.sock'}",
             "--pidfile",
@@ -271,7 +259,7 @@ def _start_once(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
         log.close()
-        engine = Dockerd(root, netns, proc, lock_fd)
+        engine = Dockerd(root, netns, proc, lock_fd, exec_root)
         ready_by = time.monotonic() + timeout
         while not _ping(engine.socket):
             if proc.poll() is not None or time.monotonic() > ready_by:
