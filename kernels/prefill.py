@@ -151,6 +151,14 @@ def _invert_unit_lower_16(strict: torch.Tensor) -> torch.Tensor:
     return _dot32(inv, eye + n8)
 
 
+def _load_beta(beta_rows, row, valid, beta_is_raw):
+    """beta of the given token rows (the sigmoid of raw logits when beta_is_raw), zero where not valid."""
+    beta = hl.load(beta_rows, [row], extra_mask=valid).float()
+    if beta_is_raw:
+        beta = torch.sigmoid(beta)
+    return torch.where(valid, beta, 0.0)
+
+
 def _intra_chunk_fn(
     q_rows: torch.Tensor,  # [T, H*K] token rows (any row stride)
     k_rows: torch.Tensor,  # [T, H*K]
@@ -187,10 +195,7 @@ def _intra_chunk_fn(
         tok_i = start + tile_i.id * 16 + lane
         m_i = tok_i < end
         row_i = tok_i * HV + hv
-        b_i = hl.load(beta_rows, [row_i], extra_mask=m_i).float()
-        if beta_is_raw:
-            b_i = torch.sigmoid(b_i)
-        b_i = torch.where(m_i, b_i, 0.0)
+        b_i = _load_beta(beta_rows, row_i, m_i, beta_is_raw)
         # anchor rows (clamped in bounds; a block past the end stores nothing, any finite value will do)
         mid_row = torch.clamp(torch.minimum(start + tile_i.id * 16 + 8, end - 1), min=0) * HV + hv
         first_row = torch.clamp(torch.minimum(start + tile_i.id * 16, end - 1), min=0) * HV + hv
@@ -345,10 +350,7 @@ def _recompute_wk_fn(
         cols = tile_c.index
         qk_cols = (hv // GROUP) * K + cols
         tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
-        beta = hl.load(beta_rows, [row], extra_mask=valid).float()
-        if beta_is_raw:
-            beta = torch.sigmoid(beta)
-        beta = torch.where(valid, beta, 0.0)
+        beta = _load_beta(beta_rows, row, valid, beta_is_raw)
         # last row of the chunk (padding chunks: any in-bounds row; nothing of theirs is stored but decay)
         last = torch.clamp(torch.minimum(start + 63, end - 1), min=0)
         g_last = hl.load(gcum_rows, [last * HV + hv, cols])
@@ -396,10 +398,7 @@ def _recompute_u_fn(
         valid = token < end
         row = token * HV + hv
         tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
-        beta = hl.load(beta_rows, [row], extra_mask=valid).float()
-        if beta_is_raw:
-            beta = torch.sigmoid(beta)
-        beta = torch.where(valid, beta, 0.0)
+        beta = _load_beta(beta_rows, row, valid, beta_is_raw)
         v_cols = hv * V + tile_v.index
         vt = hl.load(v_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
         u = _dot32(tinv, (vt * beta[:, None]).to(torch.bfloat16))
