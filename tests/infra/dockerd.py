@@ -50,11 +50,7 @@ class Dockerd:
     netns: str | None
     process: subprocess.Popen
     _lock_fd: int = field(repr=False)
-    exec_root: Path | None = None  # root/exec, or a short folder when that path is too long for sockets
-
-    def __post_init__(self) -> None:
-        if self.exec_root is None:
-            self.exec_root = self.root / "exec"
+    exec_root: Path  # root/exec, or a short folder when that path is too long for sockets
 
     @property
     def socket(self) -> Path:
