@@ -5,7 +5,6 @@ fallback warning, stale-config rejection, the selftest rows, `kdakit kernels aut
 from __future__ import annotations
 
 import json
-import warnings
 
 import helion
 import pytest
@@ -19,6 +18,7 @@ from kdakit.kernels.tuned import Bucket, KernelConfigWarning, TunedConfig
 
 from kdakit import selftest
 from kdakit.cli import main
+from tests.kernel_configs import config_warnings, tuned_record
 
 SKU = "testgpu"
 SMALL = Bucket(2, 4, 32, 32, "fp32", 4)  # decode/verify at B = 3 or 4 with H = 2, HV = 4, K = V = 32
@@ -39,25 +39,15 @@ def _fresh_selection(monkeypatch, tmp_path):
 
 
 def _record(kernel="decode", bucket=SMALL, config=None, **override) -> TunedConfig:
-    fields = {
-        "kernel": kernel,
-        "sku": SKU,
-        "gpu_name": "NVIDIA TestGPU",
-        "bucket": bucket,
-        "config": config or {"block_sizes": [4], "num_warps": 1, "num_stages": 1, "indexing": "pointer"},
-        "source_sha256": tuned.source_sha256(kernel),
-        "versions": tuned.installed_versions(),
-        "tuning": {"chosen": "autotuned", "default_per_call_us": 10.0, "autotuned_per_call_us": 8.0},
-    }
-    fields.update(override)
-    return TunedConfig(**fields)
+    return tuned_record(
+        kernel,
+        bucket,
+        config or {"block_sizes": [4], "num_warps": 1, "num_stages": 1, "indexing": "pointer"},
+        **{"sku": SKU, **override},
+    )
 
 
-def _warnings_of(fn):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = fn()
-    return result, [w for w in caught if issubclass(w.category, KernelConfigWarning)]
+_warnings_of = config_warnings
 
 
 # ------------------------------------------------------------------------------------- files and buckets

@@ -8,7 +8,6 @@ needed: every test writes its own files into a temporary folder."""
 from __future__ import annotations
 
 import json
-import warnings
 
 import helion
 import pytest
@@ -16,9 +15,10 @@ import torch
 from kdakit.kernels import autotune, prefill, tuned
 from kdakit.kernels import reference as R
 from kdakit.kernels.testing import interpreter
-from kdakit.kernels.tuned import Bucket, KernelConfigWarning, TunedConfig
+from kdakit.kernels.tuned import Bucket, TunedConfig
 
 from kdakit.cli import main
+from tests.kernel_configs import config_warnings, tuned_record
 
 SKU = "testgpu"
 SMALL = Bucket(2, 2, 32, 32, "fp32", 4096)  # H = HV = 2, K = V = 32, up to 4096 tokens
@@ -43,25 +43,10 @@ def _fresh_selection(monkeypatch, tmp_path):
 
 
 def _record(kernel="prefill-intra", bucket=SMALL, config=None, **override) -> TunedConfig:
-    fields = {
-        "kernel": kernel,
-        "sku": SKU,
-        "gpu_name": "NVIDIA TestGPU",
-        "bucket": bucket,
-        "config": config or INTRA,
-        "source_sha256": tuned.source_sha256(kernel),
-        "versions": tuned.installed_versions(),
-        "tuning": {"chosen": "autotuned", "default_per_call_us": 10.0, "autotuned_per_call_us": 8.0},
-    }
-    fields.update(override)
-    return TunedConfig(**fields)
+    return tuned_record(kernel, bucket, config or INTRA, **{"sku": SKU, **override})
 
 
-def _warnings_of(fn):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = fn()
-    return result, [w for w in caught if issubclass(w.category, KernelConfigWarning)]
+_warnings_of = config_warnings
 
 
 def _select(bucket=SMALL, device=None):
