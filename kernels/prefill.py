@@ -90,7 +90,10 @@ def _gate_cumsum_fn(
     M = spans.size(0)
     K = hl.specialize(g_rows.size(1))
     hl.specialize((g_rows.stride(0), gcum_rows.stride(0)))
-    for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
+    # K tiles: the cumsum runs down the 64 rows of each column on its own, so columns split freely into
+    # more, smaller programs (a whole [64, 128] tile per program left the kernel latency-bound)
+    block_kk = hl.register_block_size(16, K)
+    for tile_m, tile_h, tile_kk in hl.tile([M, HV, K], block_size=[1, 1, block_kk]):
         # The only place that maps a chunk to its sequence (count the sequences whose chunks all end at or
         # before it); the later kernels read the span. Every head writes the same span.
         count = hl.zeros([1], dtype=torch.int32)
@@ -106,7 +109,7 @@ def _gate_cumsum_fn(
         token = start + hl.arange(64)
         valid = token < end
         row = token * HV + tile_h.id
-        kk = hl.arange(K)
+        kk = tile_kk.index
         x = hl.load(g_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
         if gate_mode != 0:
             if has_bias:
@@ -425,6 +428,7 @@ def _state_pass_fn(
     track_rows: torch.Tensor,  # [N*HV*V, K] fp32 out (has_track)
     track_chunk: torch.Tensor,  # [N]
     has_track: hl.constexpr,
+    prefetch: hl.constexpr,
     HV: hl.constexpr,
 ) -> torch.Tensor:
     N = pool_index.size(0)
@@ -451,31 +455,39 @@ def _state_pass_fn(
             # values on the H200, see kernels/BENCH.md)
             track_at = track_chunk[tile_n.id].long()
             tracked = hl.zeros([K, tile_v], dtype=torch.float32)
-        # Operands of chunk t+1 are loaded during step t (register double buffering): the loop is a
-        # latency chain of small dots, and Triton does not pipeline these loads by itself.
+        # With `prefetch`, the operands of chunk t+1 are loaded during step t (register double buffering):
+        # the loop is a latency chain of small dots, and Triton does not pipeline these loads by itself.
+        # It doubles the operand registers (255 a thread at 8 warps: one program per SM), so the entry
+        # point turns it off when the programs outnumber the SMs (one wave of two programs per SM instead).
         token0 = begin + hl.arange(64)
         valid0 = token0 < end
         row0 = token0 * HV + hv
-        w_next = hl.load(w_rows, [row0[:, None], kk[None, :]], extra_mask=valid0[:, None])
-        kg_next = hl.load(kg_rows, [row0[None, :], kk[:, None]], extra_mask=valid0[None, :])
-        qg_next = hl.load(qg_rows, [row0[:, None], kk[None, :]], extra_mask=valid0[:, None])
-        aqk_next = hl.load(aqk_rows, [row0[:, None], hl.arange(64)[None, :]], extra_mask=valid0[:, None])
+        cols64 = hl.arange(64)
+        w_next = hl.load(w_rows, [row0[:, None], kk[None, :]], extra_mask=valid0[:, None] & prefetch)
+        kg_next = hl.load(kg_rows, [row0[None, :], kk[:, None]], extra_mask=valid0[None, :] & prefetch)
+        qg_next = hl.load(qg_rows, [row0[:, None], kk[None, :]], extra_mask=valid0[:, None] & prefetch)
+        aqk_next = hl.load(aqk_rows, [row0[:, None], cols64[None, :]], extra_mask=valid0[:, None] & prefetch)
         for tile_t in hl.tile(end - begin, block_size=64):
             chunk = first_chunk + tile_t.id
             token = begin + tile_t.index
             valid = token < end
-            w = w_next
-            kg_t = kg_next
-            qg = qg_next
-            aqk = aqk_next
-            token_n = token + 64
-            valid_n = token_n < end
-            row_n = token_n * HV + hv
-            w_next = hl.load(w_rows, [row_n[:, None], kk[None, :]], extra_mask=valid_n[:, None])
-            kg_next = hl.load(kg_rows, [row_n[None, :], kk[:, None]], extra_mask=valid_n[None, :])
-            qg_next = hl.load(qg_rows, [row_n[:, None], kk[None, :]], extra_mask=valid_n[:, None])
-            cols64 = hl.arange(64)
-            aqk_next = hl.load(aqk_rows, [row_n[:, None], cols64[None, :]], extra_mask=valid_n[:, None])
+            row = token * HV + hv
+            if prefetch:
+                w = w_next
+                kg_t = kg_next
+                qg = qg_next
+                aqk = aqk_next
+                valid_n = token + 64 < end
+                row_n = row + 64 * HV
+                w_next = hl.load(w_rows, [row_n[:, None], kk[None, :]], extra_mask=valid_n[:, None])
+                kg_next = hl.load(kg_rows, [row_n[None, :], kk[:, None]], extra_mask=valid_n[None, :])
+                qg_next = hl.load(qg_rows, [row_n[:, None], kk[None, :]], extra_mask=valid_n[:, None])
+                aqk_next = hl.load(aqk_rows, [row_n[:, None], cols64[None, :]], extra_mask=valid_n[:, None])
+            else:
+                w = hl.load(w_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+                kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]], extra_mask=valid[None, :])
+                qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+                aqk = hl.load(aqk_rows, [row[:, None], cols64[None, :]], extra_mask=valid[:, None])
             if has_track:
                 tracked = torch.where(tile_t.id == track_at, state, tracked)
             state_b = state.to(torch.bfloat16)
@@ -534,11 +546,11 @@ def _chunk_start_states(w, u_rows, kg, decay, pool, indices, cu, HV, K, V, dtype
 DEFAULT_CONFIGS: dict[str, dict] = {
     # block_sizes in trace order
     "gate": {
-        "block_sizes": [32],
-        "num_warps": 8,
+        "block_sizes": [32, 32],
+        "num_warps": 2,
         "num_stages": 1,
         "indexing": "pointer",
-    },  # [sequence search]
+    },  # [K tile, seq search]
     "intra": {"block_sizes": [32], "num_warps": 1, "num_stages": 2, "indexing": "pointer"},  # [K slice]
     "solve": {"block_sizes": [], "num_warps": 2, "num_stages": 1, "indexing": "pointer"},
     "recompute_wk": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [K tile]
@@ -582,11 +594,17 @@ def _kernel(name: str, cfg: dict) -> helion.Kernel:
     return _by_config[key]
 
 
-def configure(configs: dict[str, dict] | None = None) -> None:
+_state_prefetch: bool | None = None  # None: decided per call by _prefetch_state
+
+
+def configure(configs: dict[str, dict] | None = None, state_prefetch: bool | None = None) -> None:
     """Set the kernels' configs explicitly (they win over shipped tuned configs; missing names go back to
-    tuned-or-default selection); for tuning.
+    tuned-or-default selection), and force the state pass's prefetch on or off (None: by program count);
+    for tuning.
 
     Only kernels whose config changed are rebuilt (a rebuild means a new trace and compile)."""
+    global _state_prefetch
+    _state_prefetch = state_prefetch
     merged = {name: dict(cfg) for name, cfg in DEFAULT_CONFIGS.items()}
     for name, cfg in (configs or {}).items():
         if name not in merged:
@@ -652,7 +670,24 @@ def _configure_from_env() -> None:
     if raw:
         import json
 
-        configure(json.loads(raw).get("configs"))
+        data = json.loads(raw)
+        configure(data.get("configs"), data.get("state_prefetch"))
+
+
+_sm_counts: dict[int, int] = {}
+
+
+def _prefetch_state(state_kernel: helion.Kernel, N: int, HV: int, V: int, device) -> bool:
+    """Prefetch while the state pass's programs fit in one wave of one program per SM (see _state_pass_fn)."""
+    if _state_prefetch is not None:
+        return _state_prefetch
+    if device.type != "cuda":
+        return True
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _sm_counts:
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    block_v = min(int(state_kernel.configs[0]["block_sizes"][0]), V)
+    return N * HV * math.ceil(V / block_v) <= _sm_counts[index]
 
 
 _configure_from_env()
@@ -829,9 +864,10 @@ def chunk_kda(
             w, v_rows, kg, decay, initial_state, initial_state_indices, cu, HV, K, V, q.dtype
         )
     pool_rows = initial_state.view(-1, K)
+    prefetch = _prefetch_state(kernels["state"], N, HV, V, dev)
     kernels["state"](
         w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
-        track_rows, track_chunk, has_track, HV,
+        track_rows, track_chunk, has_track, prefetch, HV,
     )  # fmt: skip
     if h is None:
         return out

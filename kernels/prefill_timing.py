@@ -138,28 +138,42 @@ def parity(fn_ref, fn, x) -> dict[str, float]:
     }
 
 
-_STATE = {"block_sizes": [16], "num_warps": 8, "num_stages": 1}
+_STATE = {"block_sizes": [16], "num_warps": 8, "num_stages": 1, "indexing": "pointer"}
+
+
+def _gate(block_k: int, warps: int) -> dict:
+    return {
+        "gate": {"block_sizes": [block_k, 32], "num_warps": warps, "num_stages": 1, "indexing": "pointer"}
+    }
+
+
 SWEEP = [
-    # (label, configs that differ from prefill.DEFAULT_CONFIGS)
-    ("default", {}),
-    ("gate-w4", {"gate": {"block_sizes": [32], "num_warps": 4, "num_stages": 1}}),
-    ("intra-w2", {"intra": {"block_sizes": [32], "num_warps": 2, "num_stages": 2}}),
-    ("intra-k64", {"intra": {"block_sizes": [64], "num_warps": 1, "num_stages": 2}}),
-    ("solve-w1", {"solve": {"block_sizes": [], "num_warps": 1, "num_stages": 1}}),
-    ("wk-w8", {"recompute_wk": {"block_sizes": [64], "num_warps": 8, "num_stages": 2}}),
-    ("wk-k32", {"recompute_wk": {"block_sizes": [32], "num_warps": 4, "num_stages": 2}}),
-    ("u-v32", {"recompute_u": {"block_sizes": [32], "num_warps": 4, "num_stages": 2}}),
-    ("state-s2", {"state": {"block_sizes": [16], "num_warps": 8, "num_stages": 2}}),
-    ("state-s3", {"state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3}}),
-    # not listed: state with 4 warps or a 32-wide V tile (illegal memory access on the H200, BENCH.md)
-    ("state-td", {"state": {**_STATE, "indexing": "tensor_descriptor"}}),
+    # (label, configs that differ from prefill.DEFAULT_CONFIGS, state pass prefetch: None = by program count)
+    ("default", {}, None),
+    ("gate-k32-w1", _gate(32, 1), None),
+    ("gate-k64-w2", _gate(64, 2), None),
+    ("gate-k64-w4", _gate(64, 4), None),
+    ("gate-k128-w8", _gate(128, 8), None),  # one program per (chunk, head): the layout before K tiles
+    ("intra-w2", {"intra": {"block_sizes": [32], "num_warps": 2, "num_stages": 2}}, None),
+    ("wk-k32", {"recompute_wk": {"block_sizes": [32], "num_warps": 4, "num_stages": 2}}, None),
+    ("u-v32", {"recompute_u": {"block_sizes": [32], "num_warps": 4, "num_stages": 2}}, None),
+    ("state-prefetch", {}, True),
+    ("state-no-prefetch", {}, False),
+    ("state-s2", {"state": {**_STATE, "num_stages": 2}}, None),
+    # without the hand-written prefetch, Triton's own pipeliner may stage the loads (cp.async)
+    ("state-no-prefetch-s2", {"state": {**_STATE, "num_stages": 2}}, False),
+    ("state-no-prefetch-s3", {"state": {**_STATE, "num_stages": 3}}, False),
+    # 4 warps or a 32-wide V tile stopped with an illegal memory access on the H200 with prefetch (BENCH.md)
+    ("state-w4-no-prefetch", {"state": {**_STATE, "num_warps": 4}}, False),
+    ("state-v32-no-prefetch", {"state": {**_STATE, "block_sizes": [32]}}, False),
+    ("state-td", {"state": {**_STATE, "indexing": "tensor_descriptor"}}, None),
 ]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="1x4096,1x8192,2x4096")
-    ap.add_argument("--sweep", action="store_true", help="time a few configs (first shape only)")
+    ap.add_argument("--sweep", action="store_true", help="time a few configs at every shape")
     ap.add_argument("--only", default=None, help="comma-separated sweep labels (default: all)")
     ap.add_argument("--triton", default="upstream", choices=["upstream", "fla", "none"])
     ap.add_argument("--upstream-dir", default=".carry/sglang-0.5.23")
@@ -184,20 +198,24 @@ def main(argv=None) -> int:
         "rows": [],
     }
     if args.sweep:
-        label_shape, lens = shapes[0]
-        x = make_inputs(lens)
         wanted = set(args.only.split(",")) if args.only else None
-        for label, configs in SWEEP:
+        for label, configs, state_prefetch in SWEEP:
             if wanted is not None and label not in wanted:
                 continue
-            try:
-                prefill.configure(configs)
-                us = time_arm(prefill.chunk_kda, x)
-                row = {"sweep": label, "shape": label_shape, "us": round(us, 2)}
-            except Exception as exc:  # a config that fails to compile is reported, not fatal
-                row = {"sweep": label, "shape": label_shape, "error": f"{type(exc).__name__}: {exc}"[:300]}
-            print(json.dumps(row), flush=True)
-            report["rows"].append(row)
+            for label_shape, lens in shapes:
+                x = make_inputs(lens)
+                try:
+                    prefill.configure(configs, state_prefetch)
+                    us = time_arm(prefill.chunk_kda, x)
+                    row = {"sweep": label, "shape": label_shape, "us": round(us, 2)}
+                except Exception as exc:  # a config that fails to compile is reported, not fatal
+                    row = {
+                        "sweep": label,
+                        "shape": label_shape,
+                        "error": f"{type(exc).__name__}: {exc}"[:300],
+                    }
+                print(json.dumps(row), flush=True)
+                report["rows"].append(row)
         prefill.configure({})
     for label_shape, lens in shapes if not args.only else []:
         x = make_inputs(lens)

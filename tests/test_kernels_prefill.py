@@ -141,14 +141,22 @@ def test_size_one_first_then_longer_in_one_process():
         check(x, out, pool, lower_bound=-5.0)
 
 
-def test_mixed_lengths_varlen_with_chunk_states_and_track_state():
+@pytest.mark.parametrize("state_prefetch", [True, False], ids=["prefetch", "no-prefetch"])
+def test_mixed_lengths_varlen_with_chunk_states_and_track_state(state_prefetch):
     """Lengths 1, 17, 63, 64, 65, 130 in one varlen batch; output, every chunk-start state, final pool, and
-    the radix-cache track snapshots (fp32 state at the start of track_chunk_idx[n]; -1: untouched)."""
+    the radix-cache track snapshots (fp32 state at the start of track_chunk_idx[n]; -1: untouched). Both
+    forms of the state pass (on a GPU, the program count picks one)."""
     lens = [17, 1, 63, 64, 65, 130]
     x = make(lens, seed=4)
     track_idx = torch.tensor([0, -1, 0, 0, 1, 2])
     track = torch.full((len(lens), 2, V, K), float("nan"))
-    (out, h), v, pool = run(x, output_intermediate_states=True, track_state=track, track_chunk_idx=track_idx)
+    prefill.configure({}, state_prefetch=state_prefetch)
+    try:
+        (out, h), v, pool = run(
+            x, output_intermediate_states=True, track_state=track, track_chunk_idx=track_idx
+        )
+    finally:
+        prefill.configure({})
     assert out.data_ptr() == v.data_ptr()
     assert h.shape == (1, 1 + 1 + 1 + 1 + 2 + 3, 2, V, K)
     check(x, out, pool, lower_bound=-5.0, h=h)
