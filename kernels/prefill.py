@@ -428,7 +428,6 @@ def _state_pass_fn(
     track_rows: torch.Tensor,  # [N*HV*V, K] fp32 out (has_track)
     track_chunk: torch.Tensor,  # [N]
     has_track: hl.constexpr,
-    prefetch: hl.constexpr,
     HV: hl.constexpr,
 ) -> torch.Tensor:
     N = pool_index.size(0)
@@ -455,39 +454,19 @@ def _state_pass_fn(
             # values on the H200, see kernels/BENCH.md)
             track_at = track_chunk[tile_n.id].long()
             tracked = hl.zeros([K, tile_v], dtype=torch.float32)
-        # With `prefetch`, the operands of chunk t+1 are loaded during step t (register double buffering):
-        # the loop is a latency chain of small dots, and Triton does not pipeline these loads by itself.
-        # It doubles the operand registers (255 a thread at 8 warps: one program per SM), so the entry
-        # point turns it off when the programs outnumber the SMs (one wave of two programs per SM instead).
-        token0 = begin + hl.arange(64)
-        valid0 = token0 < end
-        row0 = token0 * HV + hv
+        # The operands of a step are loaded at its top and feed its dots; with num_stages 3 Triton's
+        # pipeliner stages them through shared memory (cp.async) ahead of use. (A hand-written register
+        # double buffer measured slower and doubled the registers: kernels/measurements.)
         cols64 = hl.arange(64)
-        w_next = hl.load(w_rows, [row0[:, None], kk[None, :]], extra_mask=valid0[:, None] & prefetch)
-        kg_next = hl.load(kg_rows, [row0[None, :], kk[:, None]], extra_mask=valid0[None, :] & prefetch)
-        qg_next = hl.load(qg_rows, [row0[:, None], kk[None, :]], extra_mask=valid0[:, None] & prefetch)
-        aqk_next = hl.load(aqk_rows, [row0[:, None], cols64[None, :]], extra_mask=valid0[:, None] & prefetch)
         for tile_t in hl.tile(end - begin, block_size=64):
             chunk = first_chunk + tile_t.id
             token = begin + tile_t.index
             valid = token < end
             row = token * HV + hv
-            if prefetch:
-                w = w_next
-                kg_t = kg_next
-                qg = qg_next
-                aqk = aqk_next
-                valid_n = token + 64 < end
-                row_n = row + 64 * HV
-                w_next = hl.load(w_rows, [row_n[:, None], kk[None, :]], extra_mask=valid_n[:, None])
-                kg_next = hl.load(kg_rows, [row_n[None, :], kk[:, None]], extra_mask=valid_n[None, :])
-                qg_next = hl.load(qg_rows, [row_n[:, None], kk[None, :]], extra_mask=valid_n[:, None])
-                aqk_next = hl.load(aqk_rows, [row_n[:, None], cols64[None, :]], extra_mask=valid_n[:, None])
-            else:
-                w = hl.load(w_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
-                kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]], extra_mask=valid[None, :])
-                qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
-                aqk = hl.load(aqk_rows, [row[:, None], cols64[None, :]], extra_mask=valid[:, None])
+            w = hl.load(w_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+            kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]], extra_mask=valid[None, :])
+            qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+            aqk = hl.load(aqk_rows, [row[:, None], cols64[None, :]], extra_mask=valid[:, None])
             if has_track:
                 tracked = torch.where(tile_t.id == track_at, state, tracked)
             state_b = state.to(torch.bfloat16)
@@ -540,22 +519,18 @@ def _chunk_start_states(w, u_rows, kg, decay, pool, indices, cu, HV, K, V, dtype
 # Module defaults (no runtime autotuning). Small programs with few warps: the intra-chunk work is many 16-row
 # and 64-row dots, and a program that holds little runs many to an SM (8-warp versions of these kernels
 # used 255 registers a thread, one program per SM, and were latency-bound: 250 and 191 us at 1x4096).
-# Warps and tiles: the H200 sweep of 2026-11-29 (kernels/measurements/h200_prefill_sweep.json).
+# Warps and tiles: the H200 sweeps of 2026-11-29 (kernels/measurements/h200_prefill_sweep.json). The state
+# pass's V tile is widened at run time when its programs would take more than one wave (_state_kernel).
 # At run time, per kernel: a config set by configure() / KDAKIT_PREFILL_CONFIGS wins, else the tuned config
 # shipped for the GPU's SKU and bucket (`prefill-<kernel>` files, kdakit.kernels.tuned), else these.
 DEFAULT_CONFIGS: dict[str, dict] = {
     # block_sizes in trace order
-    "gate": {
-        "block_sizes": [32, 32],
-        "num_warps": 2,
-        "num_stages": 1,
-        "indexing": "pointer",
-    },  # [K tile, seq search]
+    "gate": {"block_sizes": [32, 32], "num_warps": 1, "num_stages": 1, "indexing": "pointer"},  # [K, seq]
     "intra": {"block_sizes": [32], "num_warps": 1, "num_stages": 2, "indexing": "pointer"},  # [K slice]
     "solve": {"block_sizes": [], "num_warps": 2, "num_stages": 1, "indexing": "pointer"},
     "recompute_wk": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [K tile]
     "recompute_u": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [V tile]
-    "state": {"block_sizes": [16], "num_warps": 8, "num_stages": 1, "indexing": "pointer"},  # [V tile]
+    "state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},  # [V tile]
 }
 
 _FNS = {
@@ -594,17 +569,17 @@ def _kernel(name: str, cfg: dict) -> helion.Kernel:
     return _by_config[key]
 
 
-_state_prefetch: bool | None = None  # None: decided per call by _prefetch_state
+_widen_state = True  # see _state_kernel
 
 
-def configure(configs: dict[str, dict] | None = None, state_prefetch: bool | None = None) -> None:
+def configure(configs: dict[str, dict] | None = None, widen_state: bool = True) -> None:
     """Set the kernels' configs explicitly (they win over shipped tuned configs; missing names go back to
-    tuned-or-default selection), and force the state pass's prefetch on or off (None: by program count);
-    for tuning.
+    tuned-or-default selection); for tuning. widen_state=False keeps the state pass's V tile as configured
+    (no widening by program count).
 
     Only kernels whose config changed are rebuilt (a rebuild means a new trace and compile)."""
-    global _state_prefetch
-    _state_prefetch = state_prefetch
+    global _widen_state
+    _widen_state = widen_state
     merged = {name: dict(cfg) for name, cfg in DEFAULT_CONFIGS.items()}
     for name, cfg in (configs or {}).items():
         if name not in merged:
@@ -671,26 +646,39 @@ def _configure_from_env() -> None:
         import json
 
         data = json.loads(raw)
-        configure(data.get("configs"), data.get("state_prefetch"))
+        configure(data.get("configs"), data.get("widen_state", True))
 
 
 _sm_counts: dict[int, int] = {}
 
 
-def _prefetch_state(state_kernel: helion.Kernel, N: int, HV: int, V: int, device) -> bool:
-    """Prefetch while the state pass's programs fit in one wave of one program per SM (see _state_pass_fn)."""
-    if _state_prefetch is not None:
-        return _state_prefetch
-    if device.type != "cuda":
-        return True
+def widened_block_v(block_v: int, programs_per_tile: int, V: int, sms: int) -> int:
+    """The state pass's V tile: the configured one, doubled while its programs (programs_per_tile =
+    sequences x value heads, per V tile) outnumber the SMs and a wider tile can bring them within one wave.
+
+    Each program runs one sequence's whole chain of chunks and takes a whole SM (its pipelined operands fill
+    shared memory), so a second wave doubles the time; a 32-wide tile at 2x4096 tokens (128 programs) ran
+    547 us against 594 us for 16-wide (256 programs, two waves) on the H200. Beyond one wave at V, keep the
+    configured tile (many short sequences: more, smaller programs)."""
+    width = block_v
+    while width < V and programs_per_tile * math.ceil(V / width) > sms:
+        width *= 2
+    return width if programs_per_tile * math.ceil(V / width) <= sms else block_v
+
+
+def _state_kernel(kernel, N: int, HV: int, V: int, device):
+    """The state pass kernel for this call: `kernel` with its V tile widened per widened_block_v."""
+    if not (_widen_state and device.type == "cuda" and isinstance(kernel, helion.Kernel)):
+        return kernel  # (the CPU interpreter has no SM count; autotune's recorder wraps the kernel)
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index not in _sm_counts:
         _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    block_v = min(int(state_kernel.configs[0]["block_sizes"][0]), V)
-    return N * HV * math.ceil(V / block_v) <= _sm_counts[index]
-
-
-_configure_from_env()
+    cfg = dict(kernel.configs[0])
+    block_v = int(cfg["block_sizes"][0])
+    width = widened_block_v(block_v, N * HV, V, _sm_counts[index])
+    if width == block_v:
+        return kernel
+    return _kernel("state", {**cfg, "block_sizes": [width, *cfg["block_sizes"][1:]]})
 
 
 def _is_pow2(n: int) -> bool:
@@ -864,10 +852,9 @@ def chunk_kda(
             w, v_rows, kg, decay, initial_state, initial_state_indices, cu, HV, K, V, q.dtype
         )
     pool_rows = initial_state.view(-1, K)
-    prefetch = _prefetch_state(kernels["state"], N, HV, V, dev)
-    kernels["state"](
+    _state_kernel(kernels["state"], N, HV, V, dev)(
         w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
-        track_rows, track_chunk, has_track, prefetch, HV,
+        track_rows, track_chunk, has_track, HV,
     )  # fmt: skip
     if h is None:
         return out

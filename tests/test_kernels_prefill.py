@@ -141,16 +141,17 @@ def test_size_one_first_then_longer_in_one_process():
         check(x, out, pool, lower_bound=-5.0)
 
 
-@pytest.mark.parametrize("state_prefetch", [True, False], ids=["prefetch", "no-prefetch"])
-def test_mixed_lengths_varlen_with_chunk_states_and_track_state(state_prefetch):
+@pytest.mark.parametrize("block_v", [16, 32], ids=["state-v16", "state-v32"])
+def test_mixed_lengths_varlen_with_chunk_states_and_track_state(block_v):
     """Lengths 1, 17, 63, 64, 65, 130 in one varlen batch; output, every chunk-start state, final pool, and
-    the radix-cache track snapshots (fp32 state at the start of track_chunk_idx[n]; -1: untouched). Both
-    forms of the state pass (on a GPU, the program count picks one)."""
+    the radix-cache track snapshots (fp32 state at the start of track_chunk_idx[n]; -1: untouched). The
+    state pass at its default V tile and at a widened one (on a GPU, the program count picks it)."""
     lens = [17, 1, 63, 64, 65, 130]
     x = make(lens, seed=4)
     track_idx = torch.tensor([0, -1, 0, 0, 1, 2])
     track = torch.full((len(lens), 2, V, K), float("nan"))
-    prefill.configure({}, state_prefetch=state_prefetch)
+    state = {**prefill.DEFAULT_CONFIGS["state"], "block_sizes": [block_v]}
+    prefill.configure({"state": state})
     try:
         (out, h), v, pool = run(
             x, output_intermediate_states=True, track_state=track, track_chunk_idx=track_idx
@@ -168,6 +169,17 @@ def test_mixed_lengths_varlen_with_chunk_states_and_track_state(state_prefetch):
         # the fp32 snapshot equals the bf16 per-chunk state up to bf16 rounding
         err = (track[n] - h[0, first_chunk[n] + c].float()).abs().max().item()
         assert err < 1e-2, f"track state of sequence {n}: {err}"
+
+
+def test_state_pass_v_tile_widens_to_one_wave():
+    """The V tile doubles while the state pass's programs outnumber the SMs (H200: 132) and a wider tile
+    fits them in one wave; otherwise the configured tile stays."""
+    assert prefill.widened_block_v(16, 16, 128, 132) == 16  # 1 sequence x 16 heads: 128 programs
+    assert prefill.widened_block_v(16, 32, 128, 132) == 32  # 2 sequences: 256 -> 128
+    assert prefill.widened_block_v(16, 64, 128, 132) == 64  # 4 sequences: 512 -> 128
+    assert prefill.widened_block_v(16, 8, 128, 132) == 16  # TP8, 1 sequence: 64 programs
+    assert prefill.widened_block_v(16, 160, 128, 132) == 16  # 10 sequences: no tile fits one wave
+    assert prefill.widened_block_v(32, 16, 32, 4) == 32  # already V wide
 
 
 def test_fixed_length_batch_softplus_gate_padded_rows_gva_packed_qkv():
