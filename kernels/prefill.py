@@ -52,6 +52,7 @@ import helion
 import helion.language as hl
 import torch
 from kdakit.kernels import tuned
+from triton.runtime.errors import OutOfResources
 
 CHUNK = 64  # (written as a literal inside kernel bodies: Helion passes module globals as runtime args)
 SUB = 16  # sub-block rows of the 64x64 intra-chunk matrices (literal 16 inside the kernels)
@@ -681,6 +682,32 @@ def _state_kernel(kernel, N: int, HV: int, V: int, device):
     return _kernel("state", {**cfg, "block_sizes": [width, *cfg["block_sizes"][1:]]})
 
 
+_fewer_stages: dict[int, helion.Kernel] = {}  # id(bound kernel) -> the state kernel with fewer stages
+
+
+def _launch_within_shared_memory(kernel, args: tuple):
+    """Launch the state pass; where its pipeline stages need more shared memory than the GPU has (Triton's
+    OutOfResources at the first launch of a specialization: 248 KiB at 3 stages for a multi-sequence
+    varlen batch on the H200, against 227 KiB), run it with one stage fewer, remembered per
+    specialization. The error is raised before anything is launched, so the retry sees untouched inputs."""
+    if not isinstance(kernel, helion.Kernel):
+        return kernel(*args)
+    bound = kernel.bind(args)
+    fallback = _fewer_stages.get(id(bound))
+    if fallback is not None:
+        return _launch_within_shared_memory(fallback, args)
+    try:
+        return bound(*args)
+    except OutOfResources:
+        cfg = dict(kernel.configs[0])
+        stages = int(cfg.get("num_stages", 1))
+        if stages <= 1:
+            raise
+        fallback = _kernel("state", {**cfg, "num_stages": stages - 1})
+        _fewer_stages[id(bound)] = fallback
+        return _launch_within_shared_memory(fallback, args)
+
+
 def _is_pow2(n: int) -> bool:
     return n >= 16 and n & (n - 1) == 0
 
@@ -852,10 +879,10 @@ def chunk_kda(
             w, v_rows, kg, decay, initial_state, initial_state_indices, cu, HV, K, V, q.dtype
         )
     pool_rows = initial_state.view(-1, K)
-    _state_kernel(kernels["state"], N, HV, V, dev)(
+    _launch_within_shared_memory(_state_kernel(kernels["state"], N, HV, V, dev), (
         w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
         track_rows, track_chunk, has_track, HV,
-    )  # fmt: skip
+    ))  # fmt: skip
     if h is None:
         return out
     if cu_seqlens is None:

@@ -182,6 +182,43 @@ def test_state_pass_v_tile_widens_to_one_wave():
     assert prefill.widened_block_v(32, 16, 32, 4) == 32  # already V wide
 
 
+def test_state_pass_out_of_shared_memory_runs_with_fewer_stages(monkeypatch):
+    """A state-pass specialization whose pipeline stages need more shared memory than the GPU has (Triton's
+    OutOfResources at its first launch; seen on the H200 at 3 stages) runs with fewer stages, gives the
+    reference's results, and the next call goes straight to the remembered fallback."""
+    import sys
+
+    from triton.runtime.errors import OutOfResources
+
+    bound_cls = sys.modules["helion.runtime.kernel"].BoundKernel
+    real_call = bound_cls.__call__
+    refused = []
+
+    def call(self, *args):
+        cfg = self.kernel.configs[0]
+        if self.kernel.fn is prefill._state_pass_fn and cfg["num_stages"] > 1:
+            refused.append(cfg["num_stages"])
+            raise OutOfResources(253952, 232448, "shared memory")
+        return real_call(self, *args)
+
+    monkeypatch.setattr(bound_cls, "__call__", call)
+    state = {**prefill.DEFAULT_CONFIGS["state"], "num_stages": 3}
+    prefill.configure({"state": state})
+    prefill._fewer_stages.clear()
+    try:
+        x = make([17, 70], seed=7)
+        out, v, pool = run(x)
+        check(x, out, pool, lower_bound=-5.0)
+        assert refused == [3, 2], "each refused stage count is tried once, down to one stage"
+        x = make([17, 70], seed=8)
+        out, v, pool = run(x)
+        check(x, out, pool, lower_bound=-5.0)
+        assert refused == [3, 2], "the second call goes straight to the one-stage kernel"
+    finally:
+        prefill.configure({})
+        prefill._fewer_stages.clear()
+
+
 def test_fixed_length_batch_softplus_gate_padded_rows_gva_packed_qkv():
     """B = 2 fixed length, unbounded (softplus) gate, g/beta with CUDA Graph padding rows, HV = 2 H,
     q/k/v as strided views of one packed buffer (o lands in v's slice of it, q/k stay untouched), and the
