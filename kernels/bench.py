@@ -77,6 +77,7 @@ ARMS = {
         "triton": "SGLang Triton chunk_kda",
         "helion-upstream": "SGLang upstream Helion chunk_kda",
         "helion-kdakit": "kdakit Helion chunk_kda",
+        "helion-kdakit-default": "kdakit Helion chunk_kda, default configs",
     },
 }
 
@@ -312,6 +313,8 @@ def _config_used(result: dict, row: dict, mode: str) -> str:
     from kdakit.kernels.tuned import Bucket, batch_bucket, size_buckets
 
     cfg = result.get("config", {})
+    if row["phase"] == "prefill":
+        return _prefill_configs_used(result, row, mode)
     kernel = "decode" if row["phase"] == "decode" else "verify-chain"
     try:
         bucket = Bucket(
@@ -328,6 +331,30 @@ def _config_used(result: dict, row: dict, mode: str) -> str:
                 return f"shipped {name}" + (" (tuned with other triton/torch)" if flagged else "")
             return sel["source"] + (f" ({sel['reason']})" if sel.get("reason") else "")
     return "?"
+
+
+def _prefill_configs_used(result: dict, row: dict, mode: str) -> str:
+    """Which of the six prefill kernels ran a shipped config for this row's token bucket in `mode`."""
+    from kdakit.kernels.tuned import PREFILL_KERNELS, PREFILL_TOKEN_BUCKETS, Bucket, batch_bucket, slug_of
+
+    cfg = result.get("config", {})
+    try:
+        tokens = batch_bucket(row["batch"] * row["tokens"], PREFILL_TOKEN_BUCKETS)
+        bucket = Bucket(cfg["heads"], cfg["value_heads"], cfg["head_dim"], cfg["head_dim"], "fp32", tokens)
+    except (KeyError, ValueError):
+        return "?"
+    shipped = [
+        sel["kernel"].removeprefix("prefill-")
+        for sel in result.get("kernel_configs", {}).get("active", [])
+        if sel["kernel"] in PREFILL_KERNELS
+        and sel["bucket"] == slug_of(sel["kernel"], bucket)
+        and sel.get("mode", mode) == mode
+        and sel["source"] == "shipped"
+    ]
+    if not shipped:
+        return f"default (no shipped prefill config at {bucket.slug('t')})"
+    names = ", ".join(sorted(shipped))
+    return f"shipped {len(shipped)} of {len(PREFILL_KERNELS)} at {bucket.slug('t')}: {names}"
 
 
 def config_comparison(result: dict) -> list[str]:
@@ -587,7 +614,7 @@ def load_arms(
     upstream_source: str = "auto", kdakit_configs: str = "shipped"
 ) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
     """(callables, why-missing, info). Keys: decode/verify/prefill arm ids as in ARMS; with kdakit_configs
-    "both", also kdakit's decode/verify run under the default configs (helion-kdakit-default)."""
+    "both", also kdakit's kernels run under the default configs (helion-kdakit-default)."""
     from kdakit.kernels import upstream
 
     found: dict[str, Any] = {}
@@ -625,7 +652,7 @@ def load_arms(
         except Exception as exc:
             missing[f"{phase}:helion-kdakit"] = f"{type(exc).__name__}: {exc}"
     if kdakit_configs == "both":
-        for phase in ("decode", "verify"):
+        for phase in PHASES:
             if f"{phase}:helion-kdakit" in found:
                 found[f"{phase}:helion-kdakit-default"] = with_default_configs(
                     found[f"{phase}:helion-kdakit"]
@@ -917,7 +944,8 @@ def bench_prefill(cfg: BenchConfig, shape: tuple[int, int], arms: dict, missing:
     for arm in ARMS["prefill"]:
         key = f"prefill:{arm}"
         if key not in arms:
-            row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
+            if arm not in OPTIONAL_ARMS:
+                row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
             continue
         fn = arms[key]
         try:

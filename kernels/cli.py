@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=("shipped", "default", "both"),
         default="shipped",
         help="kdakit kernels' configs: tuned ones shipped for this GPU (fallback: default), the defaults, or "
-        "both in one run (decode/verify arms helion-kdakit and helion-kdakit-default, side by side)",
+        "both in one run (arms helion-kdakit and helion-kdakit-default, side by side)",
     )
     bench.set_defaults(func=cmd_bench)
 

@@ -39,13 +39,17 @@ def _result(with_default_arm: bool = True) -> dict:
         "helion-kdakit": _entry(28.0),
     }
     verify_arms = {"triton": _entry(39.55), "helion-upstream": _entry(43.9), "helion-kdakit": _entry(36.0)}
+    prefill_arms = {"triton": _entry(647.6), "helion-upstream": _entry(653.6), "helion-kdakit": _entry(463.5)}
     if with_default_arm:
         decode_arms["helion-kdakit-default"] = _entry(29.0)
         verify_arms["helion-kdakit-default"] = _entry(36.0)
+        prefill_arms["helion-kdakit-default"] = _entry(470.0)
     rows = [
         dict(phase="decode", shape="48x1", shape_label="48 × 1", batch=48, floor_us=23.6, arms=decode_arms),
         dict(phase="verify", shape="16x6", shape_label="16 × 6", batch=16, floor_us=28.0, arms=verify_arms),
-    ]
+        dict(phase="prefill", shape="2x4096", shape_label="2 × 4096", batch=2, tokens=4096, floor_us=40.8,
+             arms=prefill_arms),
+    ]  # fmt: skip
     path = f"/x/kernels/configs/h200/decode-{BUCKET48}.json"
     return {
         "rows": rows,
@@ -79,6 +83,17 @@ def _result(with_default_arm: bool = True) -> dict:
                     "mode": "shipped",
                     "reason": "no tuned config for h200",
                 },
+                *[
+                    {
+                        "kernel": f"prefill-{name}",
+                        "bucket": "h16-hv16-k128-v128-fp32-t8192",
+                        "source": "shipped" if name != "state" else "default",
+                        "path": f"/x/kernels/configs/h200/prefill-{name}-h16-hv16-k128-v128-fp32-t8192.json",
+                        "mode": "shipped",
+                        "reason": "",
+                    }
+                    for name in ("gate", "intra", "solve", "recompute-wk", "recompute-u", "state")
+                ],
             ],
         },  # fmt: skip
         "notes": [],
@@ -101,6 +116,10 @@ def test_the_table_shows_shipped_and_default_configs_side_by_side():
     ]  # fmt: skip
     assert _cells(section, "| verify | 16 × 6 |") == [
         "verify", "16 × 6", "36.00", "36.00", "+0.0 %", "default (no tuned config for h200)",
+    ]  # fmt: skip
+    assert _cells(section, "| prefill | 2 × 4096 |") == [
+        "prefill", "2 × 4096", "463.50", "470.00", "-1.4 %",
+        "shipped 5 of 6 at h16-hv16-k128-v128-fp32-t8192: gate, intra, recompute-u, recompute-wk, solve",
     ]  # fmt: skip
     # the decode paths table carries the default-config arm too, with kdakit's change against it
     assert "| kdakit Helion, default configs | 29.00 (-3.4 %) |" in table
@@ -128,6 +147,7 @@ def test_the_record_keeps_both_arms_and_validates(tmp_path):
     assert [(r["phase"], r["arm"], r["median_us"]) for r in default_rows] == [
         ("decode", "helion", 29.0),
         ("verify", "helion", 36.0),
+        ("prefill", "helion", 470.0),
     ]
     raw, record_path = bench.write_outputs(_result(), tmp_path, "kernels-both")
     record = results.read_result(record_path)
@@ -171,8 +191,7 @@ def test_load_arms_adds_the_default_config_arms_only_for_both(monkeypatch):
 
     monkeypatch.setattr(upstream, "load", no_sglang)
     arms, missing, _ = bench.load_arms("auto", "both")
-    assert {"decode:helion-kdakit-default", "verify:helion-kdakit-default"} <= set(arms)
-    assert "prefill:helion-kdakit-default" not in arms
+    assert {f"{phase}:helion-kdakit-default" for phase in bench.PHASES} <= set(arms)
     arms, _, _ = bench.load_arms("auto", "shipped")
     assert not any(k.endswith("helion-kdakit-default") for k in arms)
     assert not any(k.endswith("helion-kdakit-default") for k in missing)
