@@ -28,9 +28,13 @@ bandwidth-bound.
 5. `recompute_u`: one program per (chunk, value head, V tile): U = Tinv diag(beta) v, written over v.
 6. `state`: one program per (sequence, value head, V tile): the only sequential part, over the chunks of one
    sequence, with the state kept K-first in registers; the output is fused in, so no per-chunk state goes
-   through HBM. `output_intermediate_states` (the state at every chunk start) is computed apart, by plain
-   torch ops from W, U and kg (`_chunk_start_states`: slow, one host sync), because a per-chunk state store
-   inside this loop gave wrong states on the H200.
+   through HBM. Each step's operands are loaded at its top and pipelined by Triton (3 stages). Each program
+   takes a whole SM, so the V tile is widened at run time while the programs would need a second wave
+   (`widened_block_v`: 2x4096 tokens runs 32-wide), and a specialization that needs more shared memory
+   than the GPU has runs with fewer stages (`_launch_within_shared_memory`). `output_intermediate_states`
+   (the state at every chunk start) is computed apart, by plain torch ops from W, U and kg
+   (`_chunk_start_states`: slow, one host sync), because a per-chunk state store inside this loop gave
+   wrong states on the H200.
 
 Every length enters the kernels as data (cu_seqlens and the per-sequence chunk ends, computed on the device
 with no host sync, so a captured call replays correctly with new lengths) or as a symbolic size, and each
