@@ -654,6 +654,9 @@ def _configure_from_env() -> None:
         configure(data.get("configs"), data.get("widen_state", True))
 
 
+_configure_from_env()
+
+
 _sm_counts: dict[int, int] = {}
 
 

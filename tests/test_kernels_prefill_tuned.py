@@ -193,6 +193,25 @@ def test_configure_and_the_env_variable_win_over_shipped_configs(monkeypatch):
     assert _config_of(_select()["intra"]) == explicit
 
 
+def test_the_env_variable_is_read_at_import():
+    """A fresh process with KDAKIT_PREFILL_CONFIGS set starts with those configs (the sweep and tuning
+    scripts set it before anything imports the prefill)."""
+    import os
+    import subprocess
+    import sys
+
+    explicit = {"block_sizes": [32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"}
+    setting = json.dumps({"configs": {"intra": explicit}, "widen_state": False})
+    env = {**os.environ, "KDAKIT_PREFILL_CONFIGS": setting}
+    code = (
+        "import json; from kdakit.kernels import prefill as p; "
+        "print(json.dumps([sorted(p._explicit), dict(p._kernels['intra'].configs[0]), p._widen_state]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    names, config, widen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert names == ["intra"] and config == explicit and widen is False
+
+
 def test_default_mode_and_cpu_tensors_without_a_sku_run_the_defaults_silently(monkeypatch):
     tuned.write_file(_record(), tuned.config_dir())
     with tuned.configs_mode("default"):
