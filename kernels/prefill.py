@@ -608,6 +608,7 @@ def reset() -> None:
     """Fresh kernel objects (drops every compiled specialization), as in a new process."""
     _built.clear()
     _by_config.clear()
+    _fewer_stages.clear()
     configure({})
 
 

@@ -161,7 +161,7 @@ SWEEP = [
     ("state-v16-fixed", {}, False),  # two waves at 2x4096
     ("state-v32", {"state": {**_STATE, "block_sizes": [32]}}, True),
     ("state-td", {"state": {**_STATE, "indexing": "tensor_descriptor"}}, True),
-    # 4 warps stopped with an illegal memory access on the H200 (with and without register prefetch)
+    # 4 warps: fastest in one H200 sweep, an illegal memory access in three other runs (BENCH.md, run 5)
     ("state-w4", {"state": {**_STATE, "num_warps": 4}}, True),
 ]
 
