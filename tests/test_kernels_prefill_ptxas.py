@@ -1,0 +1,37 @@
+"""kdakit.kernels.prefill_ptxas on CPU: the compile for sm_90a sees the launcher's specializations, so its
+shared-memory and register counts are those of the kernel a GPU runs."""
+
+from __future__ import annotations
+
+import tempfile
+
+import torch
+from kdakit.kernels import prefill
+from kdakit.kernels import prefill_ptxas as P
+
+
+def test_launch_specialization_mirrors_tritons_launcher():
+    rows = torch.empty(130, 128)
+    names = ["rows", "rows_stride_0", "rows_stride_1", "n", "m", "flag"]
+    constants, attrs = P._launch_specialization(names, {"rows": rows}, {"n": 1, "m": 48, "flag": True})
+    assert constants == {"rows_stride_1": 1, "n": 1}
+    divisible = [["tt.divisibility", 16]]
+    assert attrs == {(0,): divisible, (1,): divisible, (4,): divisible}
+
+
+def _state_shared_memory(stages: int) -> int:
+    prefill.configure({"state": {**prefill.DEFAULT_CONFIGS["state"], "num_stages": stages}})
+    try:
+        with tempfile.TemporaryDirectory() as workdir:
+            line = P.report("state", P.example_args()["state"], workdir)
+    finally:
+        prefill.configure({})
+    return int(line.split("smem=")[1].split()[0])
+
+
+def test_state_pass_operand_loads_are_pipelined():
+    """With the specializations the pipeliner stages the state pass's operand loads through shared memory,
+    one buffer set per stage (without them every stage count compiled to the same 62 KiB kernel)."""
+    two, three = _state_shared_memory(2), _state_shared_memory(3)
+    assert three > two > 64 * 1024
+    assert three <= 227 * 1024, "the default must fit the H200's shared memory at the bench's shapes"
