@@ -124,6 +124,34 @@ def _interpret_jit_helpers() -> None:
                 _patch(module, name, twin)
 
 
+def _language_objects() -> list:
+    """What Triton's interpreter patches when it runs a kernel (`_patch_lang`): the language modules, the
+    tensor, dtype and descriptor classes."""
+    import triton.language as tl
+
+    return [tl, tl.core, tl.math, tl.core.tensor, tl.core.dtype, tl.core.tensor_descriptor_base]
+
+
+_language_snapshot: list[tuple[object, dict]] = []
+
+
+def _snapshot_language() -> None:
+    _language_snapshot[:] = [(obj, dict(vars(obj))) for obj in _language_objects()]
+
+
+def _restore_language() -> None:
+    """Undo what the interpreter left patched. Triton restores its patches after a launch, but not after a
+    device-function call (`InterpretedFunction.__call__`, e.g. Inductor's `triton_helpers` twins above):
+    those stay, and a later real compile in the same process then fails inside `triton.language`."""
+    for obj, saved in _language_snapshot:
+        for name in [n for n in vars(obj) if n not in saved]:
+            delattr(obj, name)
+        for name, value in saved.items():
+            if vars(obj).get(name) is not value and name not in ("__dict__", "__weakref__"):
+                setattr(obj, name, value)
+    _language_snapshot.clear()
+
+
 def install() -> bool:
     """Patch Triton's interpreter (only when TRITON_INTERPRET is set). Returns True if patched."""
     global _installed, _users
@@ -132,6 +160,7 @@ def install() -> bool:
     _users += 1
     if _installed:
         return True
+    _snapshot_language()
     _forward_libdevice()
     _decode_bf16_dot()
     _first_autotune_config()
@@ -149,4 +178,5 @@ def uninstall() -> None:
     while _restore:
         owner, name, value = _restore.pop()
         setattr(owner, name, value)
+    _restore_language()
     _installed = False

@@ -1,0 +1,61 @@
+"""kdakit.kernels.interpret: the CPU interpreter shim leaves Triton as it found it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import torch
+import triton.language as tl
+from kdakit.kernels.testing import interpreter
+
+HELPER = """
+import triton
+import triton.language as tl
+from triton.language import core  # noqa: F401  (in the helper's globals, as in Inductor's triton_helpers)
+
+
+@triton.jit
+def plus_one(x):
+    return x + 1
+"""
+
+KERNEL = """
+import triton
+import triton.language as tl
+from kdakit_interpret_helper import plus_one
+
+
+@triton.jit
+def kernel(ptr):
+    tl.store(ptr, plus_one(tl.load(ptr)))
+"""
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_uninstall_restores_what_the_interpreter_left_patched(tmp_path):
+    """Triton's interpreter patches triton.language for a device function called from a kernel and does not
+    undo it where the helper's module sees `triton.language.core` and the kernel's does not (so Inductor's
+    triton_helpers, which Helion's code calls); a real compile later in the same process then fails. The
+    shim's uninstall puts the language back."""
+    before = {name: getattr(tl.core, name) for name in dir(tl.core) if not name.startswith("_")}
+    (tmp_path / "kdakit_interpret_helper.py").write_text(HELPER)
+    (tmp_path / "kdakit_interpret_kernel.py").write_text(KERNEL)
+    try:
+        with interpreter():  # imported inside, so their jit functions are interpreted ones
+            _load(tmp_path / "kdakit_interpret_helper.py", "kdakit_interpret_helper")
+            module = _load(tmp_path / "kdakit_interpret_kernel.py", "kdakit_interpret_kernel")
+            data = torch.zeros(1)
+            module.kernel[(1,)](data)
+    finally:
+        sys.modules.pop("kdakit_interpret_helper", None)
+        sys.modules.pop("kdakit_interpret_kernel", None)
+    assert data.item() == 1.0, "the kernel ran under the interpreter"
+    assert [name for name, value in before.items() if getattr(tl.core, name, None) is not value] == []
