@@ -609,6 +609,7 @@ def reset() -> None:
     _built.clear()
     _by_config.clear()
     _fewer_stages.clear()
+    _widened.clear()
     configure({})
 
 
@@ -675,19 +676,32 @@ def widened_block_v(block_v: int, programs_per_tile: int, V: int, sms: int) -> i
     return width if programs_per_tile * math.ceil(V / width) <= sms else block_v
 
 
+def _state_variant(kernel: helion.Kernel, **changes) -> helion.Kernel:
+    """The state pass kernel under `kernel`'s config with some fields changed (compiled once per config)."""
+    return _kernel("state", {**dict(kernel.configs[0]), **changes})
+
+
+_widened: dict[tuple, helion.Kernel] = {}  # (kernel, sequences x heads, V, device) -> the kernel to launch
+
+
 def _state_kernel(kernel, N: int, HV: int, V: int, device):
-    """The state pass kernel for this call: `kernel` with its V tile widened per widened_block_v."""
+    """The state pass kernel for this call: `kernel` with its V tile widened per widened_block_v. Cached, so
+    a repeated shape costs one dict lookup (no config copy or signature on every prefill call)."""
     if not (_widen_state and device.type == "cuda" and isinstance(kernel, helion.Kernel)):
         return kernel  # (the CPU interpreter has no SM count; autotune's recorder wraps the kernel)
     index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _sm_counts:
-        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    cfg = dict(kernel.configs[0])
-    block_v = int(cfg["block_sizes"][0])
-    width = widened_block_v(block_v, N * HV, V, _sm_counts[index])
-    if width == block_v:
-        return kernel
-    return _kernel("state", {**cfg, "block_sizes": [width, *cfg["block_sizes"][1:]]})
+    key = (kernel, N * HV, V, index)
+    chosen = _widened.get(key)
+    if chosen is None:
+        if index not in _sm_counts:
+            _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+        block_sizes = list(kernel.configs[0]["block_sizes"])
+        width = widened_block_v(int(block_sizes[0]), N * HV, V, _sm_counts[index])
+        chosen = kernel
+        if width != block_sizes[0]:
+            chosen = _state_variant(kernel, block_sizes=[width, *block_sizes[1:]])
+        _widened[key] = chosen
+    return chosen
 
 
 _fewer_stages: dict[int, helion.Kernel] = {}  # id(bound kernel) -> the state kernel with fewer stages
@@ -707,11 +721,10 @@ def _launch_within_shared_memory(kernel, args: tuple):
     try:
         return bound(*args)
     except OutOfResources:
-        cfg = dict(kernel.configs[0])
-        stages = int(cfg.get("num_stages", 1))
+        stages = int(kernel.configs[0].config.get("num_stages", 1))
         if stages <= 1:
             raise
-        fallback = _kernel("state", {**cfg, "num_stages": stages - 1})
+        fallback = _state_variant(kernel, num_stages=stages - 1)
         _fewer_stages[id(bound)] = fallback
         return _launch_within_shared_memory(fallback, args)
 

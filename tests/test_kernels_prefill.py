@@ -182,6 +182,24 @@ def test_state_pass_v_tile_widens_to_one_wave():
     assert prefill.widened_block_v(32, 16, 32, 4) == 32  # already V wide
 
 
+def test_state_kernel_for_a_gpu_call_is_widened_once_then_looked_up(monkeypatch):
+    """What chunk_kda launches on a GPU (132 SMs): the configured state kernel for one sequence of 16 heads,
+    a 32-wide variant for two, the same object again on the next call (no new config or compile)."""
+    monkeypatch.setitem(prefill._sm_counts, 0, 132)
+    monkeypatch.setattr(prefill, "_widened", {})
+    gpu = torch.device("cuda", 0)
+    configured = prefill._kernels["state"]
+    assert prefill._state_kernel(configured, 1, 16, 128, gpu) is configured
+    wide = prefill._state_kernel(configured, 2, 16, 128, gpu)
+    assert wide.configs[0]["block_sizes"] == [32]
+    assert {k: v for k, v in wide.configs[0].config.items() if k != "block_sizes"} == {
+        k: v for k, v in configured.configs[0].config.items() if k != "block_sizes"
+    }
+    monkeypatch.setattr(prefill, "_state_variant", lambda *_, **__: pytest.fail("state kernel rebuilt"))
+    assert prefill._state_kernel(configured, 2, 16, 128, gpu) is wide
+    assert prefill._state_kernel(configured, 2, 16, 128, torch.device("cpu")) is configured
+
+
 def test_state_pass_out_of_shared_memory_runs_with_fewer_stages(monkeypatch):
     """A state-pass specialization whose pipeline stages need more shared memory than the GPU has (Triton's
     OutOfResources at its first launch; seen on the H200 at 3 stages) runs with fewer stages, gives the
