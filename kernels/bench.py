@@ -308,20 +308,27 @@ def render_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def _config_used(result: dict, row: dict, mode: str) -> str:
-    """Which config kdakit's kernel ran for this row's bucket in `mode`, from the run's selection log."""
-    from kdakit.kernels.tuned import Bucket, batch_bucket, size_buckets
+def _run_bucket(result: dict, size: Callable[[], int]):
+    """The tuned-config bucket of this run's head shape (fp32 state) at size(); None where the run or the
+    row lacks a field it needs."""
+    from kdakit.kernels.tuned import Bucket
 
     cfg = result.get("config", {})
+    try:
+        return Bucket(cfg["heads"], cfg["value_heads"], cfg["head_dim"], cfg["head_dim"], "fp32", size())
+    except (KeyError, ValueError):
+        return None
+
+
+def _config_used(result: dict, row: dict, mode: str) -> str:
+    """Which config kdakit's kernel ran for this row's bucket in `mode`, from the run's selection log."""
+    from kdakit.kernels.tuned import batch_bucket, size_buckets
+
     if row["phase"] == "prefill":
         return _prefill_configs_used(result, row, mode)
     kernel = "decode" if row["phase"] == "decode" else "verify-chain"
-    try:
-        bucket = Bucket(
-            cfg["heads"], cfg["value_heads"], cfg["head_dim"], cfg["head_dim"], "fp32",
-            batch_bucket(row["batch"], size_buckets(kernel)),
-        )  # fmt: skip
-    except (KeyError, ValueError):
+    bucket = _run_bucket(result, lambda: batch_bucket(row["batch"], size_buckets(kernel)))
+    if bucket is None:
         return "?"
     for sel in result.get("kernel_configs", {}).get("active", []):
         if sel["kernel"] == kernel and sel["bucket"] == bucket.slug() and sel.get("mode", mode) == mode:
@@ -335,13 +342,10 @@ def _config_used(result: dict, row: dict, mode: str) -> str:
 
 def _prefill_configs_used(result: dict, row: dict, mode: str) -> str:
     """Which of the six prefill kernels ran a shipped config for this row's token bucket in `mode`."""
-    from kdakit.kernels.tuned import PREFILL_KERNELS, PREFILL_TOKEN_BUCKETS, Bucket, batch_bucket, slug_of
+    from kdakit.kernels.tuned import PREFILL_KERNELS, PREFILL_TOKEN_BUCKETS, batch_bucket, slug_of
 
-    cfg = result.get("config", {})
-    try:
-        tokens = batch_bucket(row["batch"] * row["tokens"], PREFILL_TOKEN_BUCKETS)
-        bucket = Bucket(cfg["heads"], cfg["value_heads"], cfg["head_dim"], cfg["head_dim"], "fp32", tokens)
-    except (KeyError, ValueError):
+    bucket = _run_bucket(result, lambda: batch_bucket(row["batch"] * row["tokens"], PREFILL_TOKEN_BUCKETS))
+    if bucket is None:
         return "?"
     shipped = [
         sel["kernel"].removeprefix("prefill-")
