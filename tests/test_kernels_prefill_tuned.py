@@ -46,9 +46,6 @@ def _record(kernel="prefill-intra", bucket=SMALL, config=None, **override) -> Tu
     return tuned_record(kernel, bucket, config or INTRA, **{"sku": SKU, **override})
 
 
-_warnings_of = config_warnings
-
-
 def _select(bucket=SMALL, device=None):
     return prefill._kernels_for(bucket, device)
 
@@ -101,7 +98,7 @@ def test_each_prefill_kernel_hashes_its_own_body_and_the_helpers_it_calls():
 
 # -------------------------------------------------------------------------------------------- selection
 def test_no_prefill_configs_mean_defaults_and_one_warning_per_bucket_naming_the_command():
-    kernels, caught = _warnings_of(lambda: [_select() for _ in range(3)])
+    kernels, caught = config_warnings(lambda: [_select() for _ in range(3)])
     assert all(k == prefill._kernels for k in kernels)  # the default kernel objects, nothing rebuilt
     assert len(caught) == 1
     text = str(caught[0].message)
@@ -111,7 +108,7 @@ def test_no_prefill_configs_mean_defaults_and_one_warning_per_bucket_naming_the_
     assert "kdakit kernels autotune --sku testgpu --kernels prefill --heads 2 --tokens 4096" in text
     assert "make autotune SKU=testgpu AUTOTUNE_KERNELS=prefill" in text
     assert "prefill-state: no file prefill-state-h2-hv2-k32-v32-fp32-t4096.json" in text
-    _, caught = _warnings_of(lambda: _select(SMALL._replace(batch=8192)))
+    _, caught = config_warnings(lambda: _select(SMALL._replace(batch=8192)))
     assert len(caught) == 1 and "t8192" in str(caught[0].message)  # another bucket warns once more
     rows = tuned.active()
     assert len(rows) == 12 and {r["source"] for r in rows} == {"default"}
@@ -119,7 +116,7 @@ def test_no_prefill_configs_mean_defaults_and_one_warning_per_bucket_naming_the_
 
 def test_a_shipped_prefill_config_is_used_for_its_kernel_and_bucket_only():
     path = tuned.write_file(_record(), tuned.config_dir())
-    kernels, caught = _warnings_of(_select)
+    kernels, caught = config_warnings(_select)
     assert _config_of(kernels["intra"]) == INTRA and kernels["intra"] is not prefill._kernels["intra"]
     assert all(kernels[n] is prefill._kernels[n] for n in prefill._FNS if n != "intra")
     [warning] = caught  # the five kernels without a file still say so, once
@@ -127,7 +124,7 @@ def test_a_shipped_prefill_config_is_used_for_its_kernel_and_bucket_only():
     active = {r["kernel"]: r for r in tuned.active()}
     assert active["prefill-intra"]["source"] == "shipped" and active["prefill-intra"]["path"] == str(path)
     assert active["prefill-intra"]["bucket"] == "h2-hv2-k32-v32-fp32-t4096"
-    other, _ = _warnings_of(lambda: _select(SMALL._replace(batch=8192)))  # no file for t8192
+    other, _ = config_warnings(lambda: _select(SMALL._replace(batch=8192)))  # no file for t8192
     assert other["intra"] is prefill._kernels["intra"]
 
 
@@ -135,7 +132,7 @@ def test_a_full_set_of_shipped_prefill_configs_is_selected_silently():
     for kernel, short in tuned.PREFILL_KERNELS.items():
         config = STATE if short == "state" else INTRA if short == "intra" else prefill.DEFAULT_CONFIGS[short]
         tuned.write_file(_record(kernel, config=config), tuned.config_dir())
-    kernels, caught = _warnings_of(_select)
+    kernels, caught = config_warnings(_select)
     assert caught == []
     assert _config_of(kernels["state"]) == STATE and _config_of(kernels["intra"]) == INTRA
     assert kernels["gate"] is prefill._kernels["gate"]  # a file holding the default config: no new kernel
@@ -151,7 +148,7 @@ def test_a_full_set_of_shipped_prefill_configs_is_selected_silently():
 )
 def test_a_prefill_config_for_another_source_or_helion_is_refused(override, reason):
     tuned.write_file(_record("prefill-state", config=STATE, **override), tuned.config_dir())
-    kernels, caught = _warnings_of(_select)
+    kernels, caught = config_warnings(_select)
     assert kernels["state"] is prefill._kernels["state"]
     [warning] = caught
     assert "not used" in str(warning.message) and reason in str(warning.message)
@@ -168,7 +165,7 @@ def test_a_prefill_config_tuned_with_another_triton_is_used_and_flagged_once():
             STATE if kernel == "prefill-state" else prefill.DEFAULT_CONFIGS[tuned.PREFILL_KERNELS[kernel]]
         )
         tuned.write_file(_record(kernel, config=config, versions=versions), tuned.config_dir())
-    kernels, caught = _warnings_of(lambda: [_select(), _select()])
+    kernels, caught = config_warnings(lambda: [_select(), _select()])
     assert _config_of(kernels[0]["state"]) == STATE
     [warning] = caught
     text = str(warning.message)
@@ -181,7 +178,7 @@ def test_configure_and_the_env_variable_win_over_shipped_configs(monkeypatch):
     tuned.write_file(_record(), tuned.config_dir())
     explicit = {"block_sizes": [32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"}
     prefill.configure({"intra": explicit})
-    kernels, caught = _warnings_of(_select)
+    kernels, caught = config_warnings(_select)
     assert _config_of(kernels["intra"]) == explicit
     [warning] = caught  # the explicit kernel is neither selected nor reported missing
     assert "5 of 5 prefill kernels" in str(warning.message) and "prefill-intra" not in str(warning.message)
@@ -215,17 +212,17 @@ def test_the_env_variable_is_read_at_import():
 def test_default_mode_and_cpu_tensors_without_a_sku_run_the_defaults_silently(monkeypatch):
     tuned.write_file(_record(), tuned.config_dir())
     with tuned.configs_mode("default"):
-        kernels, caught = _warnings_of(_select)
+        kernels, caught = config_warnings(_select)
     assert kernels == prefill._kernels and caught == []
     monkeypatch.delenv(tuned.ENV_SKU)
     tuned.reset()
-    kernels, caught = _warnings_of(lambda: _select(device=torch.device("cpu")))
+    kernels, caught = config_warnings(lambda: _select(device=torch.device("cpu")))
     assert kernels == prefill._kernels and caught == []
 
 
 def test_selection_is_cached_per_bucket_and_forgotten_on_reset(monkeypatch):
     path = tuned.write_file(_record(), tuned.config_dir())
-    first, _ = _warnings_of(_select)
+    first, _ = config_warnings(_select)
 
     def no_lookup(*_):
         raise AssertionError("selection ran again")
@@ -236,7 +233,7 @@ def test_selection_is_cached_per_bucket_and_forgotten_on_reset(monkeypatch):
     path.unlink()
     assert _select() is first  # still cached
     tuned.reset()
-    again, _ = _warnings_of(_select)
+    again, _ = config_warnings(_select)
     assert again["intra"] is prefill._kernels["intra"]  # looked again: the file is gone
 
 
@@ -266,7 +263,7 @@ def test_chunk_kda_runs_the_shipped_intra_and_state_configs_and_matches_the_refe
     tuned.write_file(_record("prefill-state", config=STATE), tuned.config_dir())
     x = _inputs()
     v, pool = x["v"].clone(), x["pool"].clone()
-    out, caught = _warnings_of(
+    out, caught = config_warnings(
         lambda: prefill.chunk_kda(
             x["q"], x["k"], v, x["g"], x["beta"], initial_state=pool, initial_state_indices=x["idx"],
             use_qk_l2norm_in_kernel=True, cu_seqlens=x["cu"], A_log=x["A_log"], dt_bias=x["dt_bias"],
@@ -437,6 +434,6 @@ def test_autotune_one_prefill_kernel_bucket_on_the_gpu_and_select_it(tmp_path, m
     assert "default us" in capsys.readouterr().out
     tuned.reset()
     bucket = prefill._bucket(4096, 16, 16, 128, 128, torch.float32)
-    kernels, _ = _warnings_of(lambda: prefill._kernels_for(bucket, torch.device("cuda")))
+    kernels, _ = config_warnings(lambda: prefill._kernels_for(bucket, torch.device("cuda")))
     assert _config_of(kernels["solve"]) == record.config
     assert {r["kernel"]: r["source"] for r in tuned.active()}["prefill-solve"] == "shipped"
