@@ -86,10 +86,12 @@ PREFILL_OUTPUTS = {  # written only
 PREFILL_INOUT = {"recompute_u": ("v_rows",), "state": ("u_rows", "pool_rows")}  # read, then written
 PREFILL_RESTORED_IN_GRAPH = ("v_rows", "u_rows")  # v's storage: U or o overwrite it
 METHOD = (
-    "helion autotune seeded with the module default (CUDA graph benchmarking, pool of the bucket's slots), "
-    "then per-call median of a CUDA graph of back-to-back calls with slots rotating over a pool larger than "
-    "L2, best of autotuned and module default"
+    "helion autotune seeded with the module default and its seed configs (CUDA graph benchmarking, pool of "
+    "the bucket's slots), then per-call median of a CUDA graph of back-to-back calls with slots rotating "
+    "over a pool larger than L2 and each call's activations its own (cold in L2), best of autotuned, "
+    "module default and seeds"
 )
+ACTIVATION_SETS = 32  # distinct activation copies the timed calls rotate over (the bench uses up to 32 too)
 
 
 @dataclass
@@ -107,7 +109,8 @@ class JobResult:
     job: Job
     default_us: float | None = None
     tuned_us: float | None = None
-    chosen: str | None = None  # "autotuned" | "default"
+    chosen: str | None = None  # "autotuned" | "default" | "seed <n>"
+    chosen_us: float | None = None
     path: Path | None = None
     error: str | None = None  # the bucket got no file
     search_error: str | None = None  # Helion's search gave nothing usable: the default was written
@@ -184,10 +187,11 @@ def decode_problem(bucket: Bucket, device, pool_slots: int = POOL_SLOTS):
 
     B, H, HV, K, V = bucket.batch, bucket.heads, bucket.value_heads, bucket.k, bucket.v
     case = decode_case(B, H, HV, K, V, pool_slots, indices=list(range(B)), device=device)
-    default = kd.DECODE_CONFIGS["bf16" if bucket.state_dtype == "bf16" else "fp32"]
+    name = "bf16" if bucket.state_dtype == "bf16" else "fp32"
+    activations_of = _activation_rotation(case, ("mixed_qkv", "a", "b"))
 
     def args(slots: torch.Tensor) -> tuple:
-        c = case
+        c = activations_of(slots)
         return (
             c["mixed_qkv"], c["a"], c["b"], c["A_log"], c["dt_bias"], K**-0.5, LOWER_BOUND,
             c["initial_state"], c["out"], slots, True, True,
@@ -196,7 +200,23 @@ def decode_problem(bucket: Bucket, device, pool_slots: int = POOL_SLOTS):
     def observed(slots: torch.Tensor) -> list:
         return [case["out"], case["initial_state"][slots.long()]]
 
-    return kd._packed_decode, default, args, observed, [case["initial_state"]], case["ssm_state_indices"]
+    configs = (kd.DECODE_CONFIGS[name], kd.DECODE_SEEDS[name])
+    return kd._packed_decode, configs, args, observed, [case["initial_state"]], case["ssm_state_indices"]
+
+
+def _activation_rotation(case: dict, names: tuple[str, ...], sets: int = ACTIVATION_SETS):
+    """slots -> the case with its own copy of the activations `names` for each slot set (in the order the
+    sets are first seen, cycling after `sets`): the first set runs on the case itself, so the check sees it.
+    A server's activations are fresh from HBM on every call; one set reused by every call would be L2-hot.
+    The copies are made here, up front: made on first use, they would land inside the first timed config's
+    CUDA graph capture as extra copy kernels."""
+    order: dict[int, int] = {}
+    copies = [case] + [{**case, **{n: case[n].clone() for n in names}} for _ in range(sets - 1)]
+
+    def activations_of(slots) -> dict:
+        return copies[order.setdefault(slots.data_ptr(), len(order)) % sets]
+
+    return activations_of
 
 
 def verify_problem(bucket: Bucket, mode: str, device, pool_slots: int = POOL_SLOTS, steps: int | None = None):
@@ -216,13 +236,14 @@ def verify_problem(bucket: Bucket, mode: str, device, pool_slots: int = POOL_SLO
     case["intermediate_states_buffer"].normal_()
     out = torch.empty_like(case["v"])
     rows_of = {}
+    activations_of = _activation_rotation(case, ("q", "k", "v", "a", "b"))
 
     def args(slots: torch.Tensor) -> tuple:
         # snapshot rows follow the slot set (same length N), so each call writes other rows too
         key = slots.data_ptr()
         if key not in rows_of:
             rows_of[key] = (slots.long() % rows).to(torch.int32)
-        c = case
+        c = activations_of(slots)
         return kv.kernel_args(
             c["q"], c["k"], c["v"], c["a"], c["b"], c["A_log"], c["dt_bias"], c["ssm_states"], slots,
             c["query_start_loc"], c["intermediate_states_buffer"], rows_of[key], c["retrieve_parent_token"],
@@ -233,7 +254,8 @@ def verify_problem(bucket: Bucket, mode: str, device, pool_slots: int = POOL_SLO
         return [out, case["intermediate_states_buffer"][rows_of[slots.data_ptr()].long()]]
 
     mutated = [case["intermediate_states_buffer"]]
-    return kv._verify, kv.VERIFY_CONFIGS[mode], args, observed, mutated, case["cache_indices"]
+    configs = (kv.VERIFY_CONFIGS[mode], kv.VERIFY_SEEDS[mode])
+    return kv._verify, configs, args, observed, mutated, case["cache_indices"]
 
 
 def problem_for(job: Job, device, pool_slots: int = POOL_SLOTS):
@@ -254,6 +276,7 @@ class Problem:
     time: Callable[[Any], float]  # per-call us of a helion.Kernel on these inputs
     search_args: Callable[[], tuple]  # the search's arguments (built when the search starts)
     tolerances: tuple[float, ...] | None = None  # per observed tensor; None: by dtype
+    seeds: list = field(default_factory=list)  # module configs seeded into the search and timed against it
     settings: dict = field(default_factory=dict)  # extra helion.kernel settings
     tuning: dict = field(default_factory=dict)  # extra fields for the file's `tuning`
 
@@ -261,7 +284,7 @@ class Problem:
 def slot_problem(job: Job, device, pool_slots: int, time_us, slot_sets) -> Problem:
     """Decode/verify: calls rotate over slot sets of a pool larger than L2; the search runs on a pool of only
     the bucket's slots (Helion clones the mutated pool for every candidate)."""
-    fn, default, args, observed, mutated, first_slots = problem_for(job, device, pool_slots)
+    fn, (default, seeds), args, observed, mutated, first_slots = problem_for(job, device, pool_slots)
     sets: list = []
 
     def search_args() -> tuple:
@@ -271,12 +294,16 @@ def slot_problem(job: Job, device, pool_slots: int, time_us, slot_sets) -> Probl
     def time(kernel) -> float:
         if not sets:
             sets.extend(slot_sets(job.bucket.batch, pool_slots, device))
+            for s in sets:
+                # per-set inputs (activation copies, snapshot rows) are built now: built on first use, they
+                # would be captured into the first timed config's CUDA graph as extra kernels
+                args(s)
         return time_us(lambda s: kernel(*args(s)), sets)
 
     run_args = args(first_slots)
     return Problem(
         fn, default, run_args, observed(first_slots), mutated, time, search_args, tolerances=(2e-2, 1e-4),
-        tuning={
+        seeds=list(seeds), tuning={
             "method": METHOD,
             "draft_tokens": DRAFT_TOKENS if job.kernel.startswith("verify") else None,
             "pool_slots": pool_slots,
@@ -471,10 +498,12 @@ def run_job(
             problem = slot_problem(job, device, pool_slots, time_us, slot_sets)
         default = problem.default
         candidates = {"default": default}
+        candidates.update({f"seed {i}": cfg for i, cfg in enumerate(problem.seeds, 1)})
         search_started = time.monotonic()
         try:
             extra = {"settings": problem.settings} if problem.settings else {}
-            best = autotune(problem.fn, problem.search_args(), budget_s, effort, seeds=[default], **extra)
+            seeds = [default, *problem.seeds]
+            best = autotune(problem.fn, problem.search_args(), budget_s, effort, seeds=seeds, **extra)
             candidates["autotuned"] = helion.Config.from_dict(dict(best))
         except Exception as exc:
             result.search_error = f"{type(exc).__name__}: {exc}"[:300]
@@ -486,11 +515,16 @@ def run_job(
         mutated = problem.mutated
         saved = [t.clone() for t in mutated]
 
-        # same inputs, same starting state: the tuned config must reproduce the default's outputs. The
-        # default runs first: its failure is the bucket's; the autotuned config's failure only drops it.
-        def drop_autotuned(why: str) -> None:
-            result.search_error = why[:300]
-            kernels.pop("autotuned", None)
+        # same inputs, same starting state: every other config must reproduce the default's outputs. The
+        # default runs first: its failure is the bucket's; another config's failure only drops that one.
+        dropped: dict[str, str] = {}
+
+        def drop(name: str, why: str) -> None:
+            if name == "autotuned":
+                result.search_error = why[:300]
+            else:
+                dropped[name] = why[:300]
+            kernels.pop(name, None)
 
         outputs = {}
         for name, kernel in list(kernels.items()):
@@ -501,15 +535,15 @@ def run_job(
             except Exception as exc:
                 if name == "default":
                     raise
-                drop_autotuned(f"autotuned config failed to run: {type(exc).__name__}: {exc}")
+                drop(name, f"{name} config failed to run: {type(exc).__name__}: {exc}")
                 continue
             outputs[name] = [t.clone() for t in problem.observed]
-        if "autotuned" in outputs:
-            tolerances = problem.tolerances or [_tolerance(t) for t in outputs["default"]]
-            for got, want, tol in zip(outputs["autotuned"], outputs["default"], tolerances, strict=True):
+        tolerances = problem.tolerances or [_tolerance(t) for t in outputs["default"]]
+        for name in [n for n in outputs if n != "default"]:
+            for got, want, tol in zip(outputs[name], outputs["default"], tolerances, strict=True):
                 if not _close(got, want, tol):
                     err = float((got.float() - want.float()).abs().max())
-                    drop_autotuned(f"autotuned config disagrees with the default (max abs diff {err:.3g})")
+                    drop(name, f"{name} config disagrees with the default (max abs diff {err:.3g})")
                     break
 
         times = {}
@@ -519,13 +553,12 @@ def run_job(
             except Exception as exc:
                 if name == "default":
                     raise
-                drop_autotuned(
-                    f"autotuned config failed under CUDA graph timing: {type(exc).__name__}: {exc}"
-                )
+                drop(name, f"{name} config failed under CUDA graph timing: {type(exc).__name__}: {exc}")
         for t, s in zip(mutated, saved, strict=True):
             t.copy_(s)
         result.default_us, result.tuned_us = times["default"], times.get("autotuned")
         result.chosen = min(times, key=times.get)
+        result.chosen_us = times[result.chosen]
         searched = candidates.get("autotuned")
         record = TunedConfig(
             kernel=job.kernel,
@@ -542,6 +575,16 @@ def run_job(
                 "autotuned_per_call_us": round(times["autotuned"], 3) if "autotuned" in times else None,
                 "autotuned_config": _config_dict(searched) if searched is not None else None,
                 "search_error": result.search_error,
+                "seeds": [
+                    {
+                        "name": name,
+                        "config": _config_dict(candidates[name]),
+                        "per_call_us": round(times[name], 3) if name in times else None,
+                        "error": dropped.get(name),
+                    }
+                    for name in candidates
+                    if name.startswith("seed ")
+                ],
                 "search_seconds": round(search_s, 1),
                 "budget_seconds": budget_s,
                 "effort": effort,
@@ -570,25 +613,31 @@ def status_line(r: JobResult) -> str:
     if r.error:
         return f"FAILED, no file: {r.error}"
     if r.search_error:
-        return f"search gave nothing usable ({r.search_error}); default {r.default_us:.2f} us written"
+        return (
+            f"search gave nothing usable ({r.search_error}); default {r.default_us:.2f} us, "
+            f"{r.chosen} written"
+        )
     return f"default {r.default_us:.2f} us, tuned {r.tuned_us:.2f} us -> {r.chosen}"
 
 
 def render(results: list[JobResult]) -> str:
+    """The table after a run: default and autotuned per-call us, and which config was written (a seed
+    config with its own time)."""
     lines = [f"{'kernel':<20} {'bucket':<28} {'default us':>10} {'tuned us':>9} {'change':>7}  written"]
     for r in results:
         head = f"{r.job.kernel:<20} {tuned.slug_of(r.job.kernel, r.job.bucket):<28}"
         if r.error:
             lines.append(f"{head} FAILED, no file: {r.error}")
             continue
+        written = f"{r.chosen} {r.chosen_us:.2f} us" if r.chosen.startswith("seed") else r.chosen
         if r.tuned_us is None:
             lines.append(
-                f"{head} {r.default_us:10.2f} {'-':>9} {'-':>7}  default (SEARCH FAILED: {r.search_error}) "
+                f"{head} {r.default_us:10.2f} {'-':>9} {'-':>7}  {written} (SEARCH FAILED: {r.search_error}) "
                 f"-> {r.path}"
             )
             continue
         change = (r.tuned_us / r.default_us - 1) * 100 if r.default_us else float("nan")
-        lines.append(f"{head} {r.default_us:10.2f} {r.tuned_us:9.2f} {change:+6.1f}%  {r.chosen} -> {r.path}")
+        lines.append(f"{head} {r.default_us:10.2f} {r.tuned_us:9.2f} {change:+6.1f}%  {written} -> {r.path}")
     return "\n".join(lines)
 
 

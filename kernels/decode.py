@@ -48,6 +48,23 @@ def _config(block_v: int, warps: int) -> helion.Config:
 
 
 DECODE_CONFIGS: dict[str, helion.Config] = {"fp32": _config(8, 2), "bf16": _config(16, 1)}
+# Configs `kdakit kernels autotune` seeds Helion's search with and times against its result, besides the
+# default: one warp per program, with and without the cache hints. On the H200 they lose at B = 1 but win at
+# B = 48 once each call's activations come from HBM, as in a server (kernels/README.md).
+DECODE_SEEDS: dict[str, list[helion.Config]] = {
+    "fp32": [
+        _config(8, 1),
+        helion.Config(
+            block_sizes=[8],
+            num_warps=1,
+            num_stages=1,
+            indexing="pointer",
+            pid_type="flat",
+            loop_orders=[[2, 1, 0]],
+        ),
+    ],
+    "bf16": [],
+}
 
 
 def _packed_decode(

@@ -39,16 +39,32 @@ _LOG2E = 1.4426950408889634
 # loop_orders [[2, 1, 0]]: the V tile is the fastest grid axis, then the head, then the request, so
 # neighbouring programs write neighbouring snapshot memory. Chain: state loads evict-first and snapshot
 # stores streaming (.cs); these lists are positional in traced order (loads slot,row,start,end,A_log,
-# dt_bias,state,a,b,q,k,v; stores out,snapshot,pad) and the tree body has two more loads, so its config
-# carries no such lists.
+# dt_bias,state, a,b,q,k,v of the first step, a,b,q,k,v of the next step in the loop; stores out,snapshot,
+# pad) and the tree body has two more loads, so its config carries no such lists.
+# The chain default unrolls the token loop twice (the 2 in range_unroll_factors): on the H200, with each
+# call's activations fresh from HBM as in a server, block 8 unrolled was the fastest chain config at B = 1, 16
+# and 48 (kernels/README.md).
 _BASE = {"num_stages": 1, "indexing": "pointer", "pid_type": "flat", "loop_orders": [[2, 1, 0]]}
+_CHAIN_HINTS = {
+    "load_eviction_policies": [""] * 6 + ["first"] + [""] * 10,
+    "store_cache_modifiers": ["", ".cs", ""],
+}
 VERIFY_CONFIGS: dict[str, helion.Config] = {
     "chain": helion.Config(
-        block_sizes=[16], num_warps=1, **_BASE,
-        load_eviction_policies=[""] * 6 + ["first"] + [""] * 5, store_cache_modifiers=["", ".cs", ""],
+        block_sizes=[8], num_warps=1, range_unroll_factors=[0, 2, 0], **_BASE, **_CHAIN_HINTS
     ),
     "tree": helion.Config(block_sizes=[16], num_warps=1, **_BASE),
 }  # fmt: skip
+# Configs `kdakit kernels autotune` seeds Helion's search with and times against its result, besides the
+# default: the previous chain default (block 16) and its 2-warp variant, each fastest at some batch on the
+# H200.
+VERIFY_SEEDS: dict[str, list[helion.Config]] = {
+    "chain": [
+        helion.Config(block_sizes=[16], num_warps=1, **_BASE, **_CHAIN_HINTS),
+        helion.Config(block_sizes=[16], num_warps=2, **_BASE, **_CHAIN_HINTS),
+    ],
+    "tree": [],
+}
 
 
 def _verify(
@@ -120,8 +136,23 @@ def _verify(
         decay_rate = torch.exp2(A_log[hv].to(torch.float32) * _LOG2E)
         bias = dt_bias[hv, keys].to(torch.float32)
         state = hl.load(pool, [slot, hv, tile_v.index, keys], extra_mask=slot >= 0).to(torch.float32)
+        # Each step's inputs are loaded one step ahead, so their round trip (HBM when the activations are
+        # cold, as in a server) overlaps the previous step's math and snapshot store instead of stalling it.
+        more = start < end
+        a_next = hl.load(a, [start, hv, keys], extra_mask=more)
+        b_next = hl.load(b, [start, hv], extra_mask=more)
+        q_next = hl.load(q, [start, h, keys], extra_mask=more)
+        k_next = hl.load(k, [start, h, keys], extra_mask=more)
+        v_next = hl.load(v, [start, hv, tile_v.index], extra_mask=more)
         for token in range(start, end):
             step = token - start
+            a_raw, b_raw, q_raw, k_raw, v_raw = a_next, b_next, q_next, k_next, v_next
+            more = token + 1 < end
+            a_next = hl.load(a, [token + 1, hv, keys], extra_mask=more)
+            b_next = hl.load(b, [token + 1, hv], extra_mask=more)
+            q_next = hl.load(q, [token + 1, h, keys], extra_mask=more)
+            k_next = hl.load(k, [token + 1, h, keys], extra_mask=more)
+            v_next = hl.load(v, [token + 1, hv, tile_v.index], extra_mask=more)
             if parents is not None:
                 from_parent = (step > 0) & store_snapshots
                 parent = hl.load(parents, [n, step], extra_mask=from_parent).to(torch.int64)
@@ -129,18 +160,18 @@ def _verify(
                     snapshots, [row, parent, hv, tile_v.index, keys], extra_mask=from_parent
                 ).to(torch.float32)
                 state = torch.where(from_parent, parent_state, state)
-            x = a[token, hv, keys].to(torch.float32) + bias
+            x = a_raw.to(torch.float32) + bias
             if bounded_gate:
                 log_decay = lower_bound * torch.sigmoid(decay_rate * x)
             else:
                 softplus = torch.where(x <= 20.0, torch.log(1.0 + torch.exp2(x * _LOG2E)), x)
                 log_decay = -decay_rate * softplus
-            beta = torch.sigmoid(b[token, hv].to(torch.float32))
-            qt = q[token, h, keys].to(torch.float32)
-            kt = k[token, h, keys].to(torch.float32)
+            beta = torch.sigmoid(b_raw.to(torch.float32))
+            qt = q_raw.to(torch.float32)
+            kt = k_raw.to(torch.float32)
             qt = qt * (torch.rsqrt((qt * qt).sum() + 1e-6) * scale)
             kt = kt * torch.rsqrt((kt * kt).sum() + 1e-6)
-            vt = v[token, hv, tile_v].to(torch.float32)
+            vt = v_raw.to(torch.float32)
             state = state * torch.exp2(log_decay * _LOG2E)[None, :]
             residual = (vt - (state * kt[None, :]).sum(-1)) * beta
             state = state + residual[:, None] * kt[None, :]

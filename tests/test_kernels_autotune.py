@@ -335,11 +335,25 @@ def _two_sets(batch, pool, device):
     return [torch.tensor([1, 5], dtype=torch.int32), torch.tensor([6, 2], dtype=torch.int32)]
 
 
+@pytest.fixture
+def no_seeds(monkeypatch):
+    """Only the default and the search's config: the tests of the job's failure paths count timings."""
+    monkeypatch.setattr(kd, "DECODE_SEEDS", {"fp32": [], "bf16": []})
+    monkeypatch.setattr(kv, "VERIFY_SEEDS", {"chain": [], "tree": []})
+
+
+def _module_configs(kernel):
+    if kernel == "decode":
+        return kd.DECODE_CONFIGS["fp32"], kd.DECODE_SEEDS["fp32"]
+    mode = kernel.split("-")[1]
+    return kv.VERIFY_CONFIGS[mode], kv.VERIFY_SEEDS[mode]
+
+
 @pytest.mark.parametrize("kernel", ["decode", "verify-chain", "verify-tree"])
 def test_an_autotune_job_checks_times_and_writes_the_faster_config(interp, tmp_path, monkeypatch, kernel):
     """The job pipeline on CPU with Helion's search and the CUDA-graph timer replaced: the search is seeded
-    with the module default and runs on a pool of only the bucket's slots; both configs run on the same
-    inputs, both are timed, and the faster one is written with both times and the installed versions."""
+    with the module default and seed configs and runs on a pool of only the bucket's slots; every config runs
+    on the same inputs, every one is timed, and the fastest is written with the times and the versions."""
     searched = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
     timed_calls, searches = [], []
 
@@ -348,20 +362,20 @@ def test_an_autotune_job_checks_times_and_writes_the_faster_config(interp, tmp_p
         return searched
 
     monkeypatch.setattr(autotune, "DRAFT_TOKENS", 3)  # the interpreter's cost grows with the steps
+    default, module_seeds = _module_configs(kernel)
     job = autotune.Job(kernel, Bucket(2, 2, 32, 32, "fp32", 2))
+    times = iter([10.0] + [12.0] * len(module_seeds) + [7.5])  # default, seeds, then the search's config
     result = autotune.run_job(
         job, sku=SKU, gpu_name="NVIDIA TestGPU", out_dir=tmp_path, budget_s=5, effort="quick", device="cpu",
-        pool_slots=8, autotune=fake_search, time_us=_fake_timer(iter([10.0, 7.5]), timed_calls),
-        slot_sets=_two_sets,
+        pool_slots=8, autotune=fake_search, time_us=_fake_timer(times, timed_calls), slot_sets=_two_sets,
     )  # fmt: skip
     assert result.error is None and result.search_error is None, (result.error, result.search_error)
-    default = kd.DECODE_CONFIGS["fp32"] if kernel == "decode" else kv.VERIFY_CONFIGS[kernel.split("-")[1]]
     [(fn, args, seeds)] = searches
-    assert seeds == [default]
+    assert seeds == [default, *module_seeds]
     assert fn is (kd._packed_decode if kernel == "decode" else kv._verify)
     pools = [a for a in args if isinstance(a, torch.Tensor) and a.dim() == 4 and a.shape[-2:] == (32, 32)]
     assert pools and all(p.shape[0] == 2 for p in pools)  # the search's state is the bucket's 2 slots
-    assert timed_calls == [2, 2]
+    assert timed_calls == [2] * (2 + len(module_seeds))
     assert (result.default_us, result.tuned_us, result.chosen) == (10.0, 7.5, "autotuned")
     loaded = tuned.load_file(result.path)
     assert loaded.helion_config() == searched
@@ -369,9 +383,83 @@ def test_an_autotune_job_checks_times_and_writes_the_faster_config(interp, tmp_p
     assert loaded.versions == tuned.installed_versions()
     assert loaded.tuning["default_per_call_us"] == 10.0 and loaded.tuning["budget_seconds"] == 5
     assert loaded.tuning["search_error"] is None
+    assert [s["per_call_us"] for s in loaded.tuning["seeds"]] == [12.0] * len(module_seeds)
 
 
-def test_a_failed_search_still_writes_the_timed_default_and_says_so(interp, tmp_path, capsys):
+def test_a_seed_config_faster_than_default_and_search_is_written_and_a_broken_one_dropped(
+    interp, tmp_path, monkeypatch
+):
+    """Seeds are timed like the search's config: the fastest of all is written (named in the table with
+    its time); a seed that cannot run is dropped with its error recorded, and the bucket still gets its
+    file."""
+    good = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
+    broken = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer", no_such_option=1)
+    monkeypatch.setattr(kd, "DECODE_SEEDS", {"fp32": [broken, good], "bf16": []})
+    searched = helion.Config(block_sizes=[8], num_warps=1, num_stages=1, indexing="pointer")
+    timed_calls = []
+    result = autotune.run_job(
+        autotune.Job("decode", Bucket(2, 2, 32, 32, "fp32", 2)), sku=SKU, gpu_name="x", out_dir=tmp_path,
+        budget_s=5, effort="quick", device="cpu", pool_slots=8, autotune=lambda *a, **k: searched,
+        time_us=_fake_timer(iter([10.0, 6.0, 7.5]), timed_calls), slot_sets=_two_sets,
+    )  # fmt: skip
+    assert result.error is None and result.search_error is None
+    assert timed_calls == [2, 2, 2]  # default, seed 2, autotuned: seed 1 never ran
+    assert (result.chosen, result.chosen_us, result.tuned_us) == ("seed 2", 6.0, 7.5)
+    loaded = tuned.load_file(result.path)
+    assert loaded.helion_config() == good and loaded.tuning["chosen"] == "seed 2"
+    seed1, seed2 = loaded.tuning["seeds"]
+    assert seed1["per_call_us"] is None and "seed 1 config failed to run" in seed1["error"]
+    assert seed2 == {"name": "seed 2", "config": dict(good), "per_call_us": 6.0, "error": None}
+    assert "seed 2 6.00 us" in autotune.render([result])
+
+
+@pytest.mark.parametrize("kernel", ["decode", "verify-chain"])
+def test_every_config_is_timed_on_inputs_built_before_any_timing(
+    interp, tmp_path, monkeypatch, kernel, no_seeds
+):
+    """The timer captures each config's calls into a CUDA graph: whatever the calls build on first use
+    (snapshot rows per slot set) would be captured into the first timed config's graph only, and make the
+    default look slower. So the tensor conversions done while timing are the same for every config."""
+    from unittest import mock
+
+    monkeypatch.setattr(autotune, "DRAFT_TOKENS", 2)
+    real_to = torch.Tensor.to
+    per_config = []
+
+    def counting_timer(run, sets):
+        with mock.patch.object(torch.Tensor, "to", autospec=True, side_effect=real_to) as to:
+            for s in sets:
+                run(s)
+        per_config.append(to.call_count)
+        return 1.0
+
+    searched = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
+    result = autotune.run_job(
+        autotune.Job(kernel, Bucket(2, 2, 32, 32, "fp32", 2)), sku=SKU, gpu_name="x", out_dir=tmp_path,
+        budget_s=5, effort="quick", device="cpu", pool_slots=8, autotune=lambda *a, **k: searched,
+        time_us=counting_timer, slot_sets=_two_sets,
+    )  # fmt: skip
+    assert result.error is None and len(per_config) == 2
+    assert per_config[0] == per_config[1], per_config
+
+
+def test_timed_calls_rotate_over_their_own_activation_copies():
+    """A server's activations come from HBM on every call: each timed slot set gets its own copy of the
+    inputs (the first set runs on the case itself, the check's inputs), cycling after ACTIVATION_SETS."""
+    case = {"x": torch.arange(4.0), "pool": torch.zeros(2)}
+    activations_of = autotune._activation_rotation(case, ("x",), sets=3)
+    case["x"].add_(10)  # copies made later (inside a timed graph's capture) would see this
+    sets = [torch.tensor([i]) for i in range(5)]
+    got = [activations_of(s) for s in sets]
+    assert got[0] is case
+    ptrs = [g["x"].data_ptr() for g in got]
+    assert len(set(ptrs[:3])) == 3 and ptrs[3] == ptrs[0] and ptrs[4] == ptrs[1]
+    assert all(torch.equal(g["x"], torch.arange(4.0)) for g in got[1:3])  # copied when built
+    assert all(g["pool"] is case["pool"] for g in got)
+    assert activations_of(sets[2]) is got[2]  # a slot set seen again keeps its copy
+
+
+def test_a_failed_search_still_writes_the_timed_default_and_says_so(interp, tmp_path, capsys, no_seeds):
     """Helion finding nothing within the budget must not lose the bucket: the default alone is timed and
     written as chosen, the search's failure is recorded in the file, the table and the exit code."""
 
@@ -396,7 +484,9 @@ def test_a_failed_search_still_writes_the_timed_default_and_says_so(interp, tmp_
     assert "search gave nothing usable" in autotune.status_line(result)
 
 
-def test_an_autotuned_config_that_disagrees_with_the_default_is_not_written(interp, tmp_path, monkeypatch):
+def test_an_autotuned_config_that_disagrees_with_the_default_is_not_written(
+    interp, tmp_path, monkeypatch, no_seeds
+):
     searched = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
     monkeypatch.setattr(autotune, "_close", lambda got, want, tol: False)
     timed_calls = []
@@ -411,7 +501,9 @@ def test_an_autotuned_config_that_disagrees_with_the_default_is_not_written(inte
     assert loaded.tuning["autotuned_config"]["block_sizes"] == [4]  # recorded, not used
 
 
-def test_an_autotuned_config_that_fails_to_time_is_dropped_and_the_default_written(interp, tmp_path):
+def test_an_autotuned_config_that_fails_to_time_is_dropped_and_the_default_written(
+    interp, tmp_path, no_seeds
+):
     searched = helion.Config(block_sizes=[4], num_warps=1, num_stages=1, indexing="pointer")
     timed = []
 
