@@ -5,16 +5,19 @@ fp32 state, bounded gate -5, q/k L2 norm; decode and verify at the CUDA graph ba
 with 6 draft tokens):
 1. Helion's autotuner searches configs (`bound.autotune(args, force=True)`) within `--budget-seconds`, timing
    candidates under CUDA graph replay (HELION_BENCHMARK_CUDAGRAPH=1). The search is seeded with the kernel
-   module's default config (`autotune_seed_configs`): with effort "quick" (the default) Helion's initial
-   population is then the seed, its compiler seeds and its own default (`from_best_available`, no random
-   padding), so the first candidates finish within seconds and the rest of the budget goes to the pattern
+   module's default config and its seed configs (`DECODE_SEEDS` / `VERIFY_SEEDS`, `autotune_seed_configs`):
+   with effort "quick" (the default) Helion's initial population is then those seeds, its compiler seeds and
+   its own default (`from_best_available`, no random padding), so the first candidates finish within seconds
+   and the rest of the budget goes to the pattern
    search around the best of them. Effort "full" starts from 100 random configs, which a budget under a few
    minutes does not get through. The search runs on a state pool of just the bucket's requests (Helion
    clones the mutated pool per candidate; its timing reuses one slot set, so it is L2-hot anyway);
-2. the search's best config and the module default are then checked against each other (outputs and
-   state/snapshots) and timed the way `kdakit kernels bench` does: per-call median inside a CUDA graph of
-   back-to-back calls whose slots rotate over a pool larger than L2;
-3. the faster of the two is written to `<out>/<sku>/<kernel>-<bucket>.json` (atomically), with both times.
+2. the search's best config, the module default and the seed configs are then checked against the default
+   (outputs and state/snapshots) and timed the way `kdakit kernels bench` does: per-call median inside a
+   CUDA graph of back-to-back calls whose slots rotate over a pool larger than L2, each call with its own
+   copy of the activations (cold in L2, as in a server; Helion's search times them hot, and the two rankings
+   differ), every per-call input built before the capture;
+3. the fastest is written to `<out>/<sku>/<kernel>-<bucket>.json` (atomically), with every candidate's time.
    A bucket where the default wins still gets its file: it records that the default was measured best.
    When the search finds nothing (or its best disagrees with the default's outputs), the default alone is
    timed and written with chosen "default" and the failure in `tuning.search_error`, so the bucket is not
@@ -180,7 +183,8 @@ def require_gpu(sku: str) -> str:
 
 # ---------------------------------------------------------------------------------------- inputs per job
 def decode_problem(bucket: Bucket, device, pool_slots: int = POOL_SLOTS):
-    """(kernel fn, default config, args(slots), observed(slots), mutated tensors, first slots) for decode."""
+    """(kernel fn, (default config, seed configs), args(slots), observed(slots), mutated tensors, first
+    slots) for decode."""
     import torch
     from kdakit.kernels import decode as kd
     from kdakit.kernels.testing import decode_case
