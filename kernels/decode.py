@@ -38,12 +38,14 @@ _LOG2E = 1.4426950408889634
 # (.cs). On an H200 the fp32 config was the fastest of 14 candidates at B = 1, 16 and 48 (kernels/README.md).
 # These are the fallbacks: at run time a tuned config shipped for the GPU's SKU and shape bucket wins
 # (`kdakit.kernels.tuned`), and a config set with `set_decode_config` wins over both.
-def _config(block_v: int, warps: int) -> helion.Config:
+# positional, in traced order: loads slot,q,k,v,a,dt_bias,A_log,b,state; stores out,state
+CACHE_HINTS = {"load_eviction_policies": [""] * 8 + ["first"], "store_cache_modifiers": ["", ".cs"]}
+
+
+def _config(block_v: int, warps: int, hints: bool = True) -> helion.Config:
     return helion.Config(
         block_sizes=[block_v], num_warps=warps, num_stages=1, indexing="pointer", pid_type="flat",
-        loop_orders=[[2, 1, 0]],
-        # positional, in traced order: loads slot,q,k,v,a,dt_bias,A_log,b,state; stores out,state
-        load_eviction_policies=[""] * 8 + ["first"], store_cache_modifiers=["", ".cs"],
+        loop_orders=[[2, 1, 0]], **(CACHE_HINTS if hints else {}),
     )  # fmt: skip
 
 
@@ -52,17 +54,7 @@ DECODE_CONFIGS: dict[str, helion.Config] = {"fp32": _config(8, 2), "bf16": _conf
 # default: one warp per program, with and without the cache hints. On the H200 they lose at B = 1 but win at
 # B = 48 once each call's activations come from HBM, as in a server (kernels/README.md).
 DECODE_SEEDS: dict[str, list[helion.Config]] = {
-    "fp32": [
-        _config(8, 1),
-        helion.Config(
-            block_sizes=[8],
-            num_warps=1,
-            num_stages=1,
-            indexing="pointer",
-            pid_type="flat",
-            loop_orders=[[2, 1, 0]],
-        ),
-    ],
+    "fp32": [_config(8, 1), _config(8, 1, hints=False)],
     "bf16": [],
 }
 

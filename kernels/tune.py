@@ -66,16 +66,10 @@ def make_config(tag: str, kind: str):
     }
     if not default_order:
         fields["loop_orders"] = [[2, 1, 0]]
-    if evict:
-        # positional, in traced order: decode loads slot,q,k,v,a,dt_bias,A_log,b,state; stores out,state.
-        # verify (chain) loads slot,row,start,end,A_log,dt_bias,state, a,b,q,k,v twice (first step, next
-        # step); stores out,snapshot,pad.
-        if kind == "decode":
-            fields["load_eviction_policies"] = [""] * 8 + ["first"]
-            fields["store_cache_modifiers"] = ["", ".cs"]
-        else:
-            fields["load_eviction_policies"] = [""] * 6 + ["first"] + [""] * 10
-            fields["store_cache_modifiers"] = ["", ".cs", ""]
+    if evict:  # the kernel modules' positional per-load/per-store lists (they follow the traced body)
+        from kdakit.kernels import decode, verify
+
+        fields.update(decode.CACHE_HINTS if kind == "decode" else verify.CHAIN_CACHE_HINTS)
     if unroll:
         fields["range_unroll_factors"] = [0, int(unroll), 0]
     return helion.Config(**fields)

@@ -45,13 +45,13 @@ _LOG2E = 1.4426950408889634
 # call's activations fresh from HBM as in a server, block 8 unrolled was the fastest chain config at B = 1, 16
 # and 48 (kernels/README.md).
 _BASE = {"num_stages": 1, "indexing": "pointer", "pid_type": "flat", "loop_orders": [[2, 1, 0]]}
-_CHAIN_HINTS = {
+CHAIN_CACHE_HINTS = {
     "load_eviction_policies": [""] * 6 + ["first"] + [""] * 10,
     "store_cache_modifiers": ["", ".cs", ""],
 }
 VERIFY_CONFIGS: dict[str, helion.Config] = {
     "chain": helion.Config(
-        block_sizes=[8], num_warps=1, range_unroll_factors=[0, 2, 0], **_BASE, **_CHAIN_HINTS
+        block_sizes=[8], num_warps=1, range_unroll_factors=[0, 2, 0], **_BASE, **CHAIN_CACHE_HINTS
     ),
     "tree": helion.Config(block_sizes=[16], num_warps=1, **_BASE),
 }  # fmt: skip
@@ -60,8 +60,8 @@ VERIFY_CONFIGS: dict[str, helion.Config] = {
 # H200.
 VERIFY_SEEDS: dict[str, list[helion.Config]] = {
     "chain": [
-        helion.Config(block_sizes=[16], num_warps=1, **_BASE, **_CHAIN_HINTS),
-        helion.Config(block_sizes=[16], num_warps=2, **_BASE, **_CHAIN_HINTS),
+        helion.Config(block_sizes=[16], num_warps=1, **_BASE, **CHAIN_CACHE_HINTS),
+        helion.Config(block_sizes=[16], num_warps=2, **_BASE, **CHAIN_CACHE_HINTS),
     ],
     "tree": [],
 }
