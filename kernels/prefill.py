@@ -659,9 +659,6 @@ def _configure_from_env() -> None:
 _configure_from_env()
 
 
-_sm_counts: dict[int, int] = {}
-
-
 def widened_block_v(block_v: int, programs_per_tile: int, V: int, sms: int) -> int:
     """The state pass's V tile: the configured one, doubled while its programs (programs_per_tile =
     sequences x value heads, per V tile) outnumber the SMs and a wider tile can bring them within one wave.
@@ -693,10 +690,9 @@ def _state_kernel(kernel, N: int, HV: int, V: int, device):
     key = (kernel, N * HV, V, index)
     chosen = _widened.get(key)
     if chosen is None:
-        if index not in _sm_counts:
-            _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+        sms = helion.runtime.get_num_sm(torch.device("cuda", index))
         block_sizes = list(kernel.configs[0]["block_sizes"])
-        width = widened_block_v(int(block_sizes[0]), N * HV, V, _sm_counts[index])
+        width = widened_block_v(int(block_sizes[0]), N * HV, V, sms)
         chosen = kernel
         if width != block_sizes[0]:
             chosen = _state_variant(kernel, block_sizes=[width, *block_sizes[1:]])

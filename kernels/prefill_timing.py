@@ -199,9 +199,9 @@ def main(argv=None) -> int:
         for label, configs, widen_state in SWEEP:
             if wanted is not None and label not in wanted:
                 continue
+            prefill.configure(configs, widen_state)
             for label_shape, x in inputs.items():
                 try:
-                    prefill.configure(configs, widen_state)
                     us = time_arm(prefill.chunk_kda, x)
                     row = {"sweep": label, "shape": label_shape, "us": round(us, 2)}
                 except Exception as exc:  # a config that fails to compile is reported, not fatal

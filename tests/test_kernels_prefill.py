@@ -7,6 +7,7 @@ intermediates (h, W, U, Aqk in bf16 for the dots, fp32 accumulation and fp32 sta
 
 from __future__ import annotations
 
+import helion
 import pytest
 import torch
 from kdakit.kernels import prefill
@@ -185,7 +186,7 @@ def test_state_pass_v_tile_widens_to_one_wave():
 def test_state_kernel_for_a_gpu_call_is_widened_once_then_looked_up(monkeypatch):
     """What chunk_kda launches on a GPU (132 SMs): the configured state kernel for one sequence of 16 heads,
     a 32-wide variant for two, the same object again on the next call (no new config or compile)."""
-    monkeypatch.setitem(prefill._sm_counts, 0, 132)
+    monkeypatch.setattr(helion.runtime, "get_num_sm", lambda device: 132)
     monkeypatch.setattr(prefill, "_widened", {})
     gpu = torch.device("cuda", 0)
     configured = prefill._kernels["state"]
