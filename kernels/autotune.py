@@ -412,13 +412,31 @@ def helion_autotune(
         "autotune_budget_seconds": int(budget_s),
         "autotune_effort": effort,
         "autotune_progress_bar": False,
-        "autotune_seed_configs": list(seeds),
+        "autotune_seed_configs": searchable_seeds(fn, args, seeds, settings),
         **(settings or {}),
     }
     if not verbose:
         options["autotune_log_level"] = logging.WARNING
     kernel = helion.kernel(fn, **options)
     return kernel.bind(args).autotune(args, force=True)
+
+
+def searchable_seeds(fn, args: tuple, seeds, settings=None) -> list:
+    """The seeds that lie in Helion's search space for `fn` at `args`. That space depends on the shapes (the
+    3-D launch grid is left out once the grid's size reaches the y-grid limit, e.g. verify at B 48), and a
+    seed outside it stops the whole search; the caller still times every seed against the search's result."""
+    import helion
+
+    bound = helion.kernel(fn, static_shapes=False, **(settings or {})).bind(args)
+    space = bound.config_spec.create_config_generation()
+    kept = []
+    for seed in seeds:
+        try:
+            space.encode_config(space.flatten(seed))  # the search encodes its seeds: an unknown value raises
+        except (ValueError, TypeError, KeyError, AssertionError):
+            continue
+        kept.append(seed)
+    return kept
 
 
 def rotating_slot_sets(batch: int, pool_slots: int, device) -> list:

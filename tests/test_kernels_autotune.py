@@ -459,6 +459,22 @@ def test_timed_calls_rotate_over_their_own_activation_copies():
     assert activations_of(sets[2]) is got[2]  # a slot set seen again keeps its copy
 
 
+def test_seeds_outside_helions_search_space_are_not_seeded():
+    """Helion's search space for decode and verify has no 3-D launch grid (pid_type "xyz"; their request
+    and head tiles have a fixed size of 1), though both kernels run with one. Seeded, such a config stopped
+    every verify search on the H200; now it is only timed against the search's result, not seeded."""
+    flat = helion.Config(block_sizes=[8], num_warps=1, pid_type="flat")
+    xyz = helion.Config(block_sizes=[8], num_warps=1, pid_type="xyz")
+    c = decode_case(2, 2, 2, 32, 32, 4, indices=[3, 1])
+    args = (c["mixed_qkv"], c["a"], c["b"], c["A_log"], c["dt_bias"], 0.1, -5.0, c["initial_state"], c["out"],
+            c["ssm_state_indices"], True, True)  # fmt: skip
+    assert autotune.searchable_seeds(kd._packed_decode, args, [xyz, flat, xyz]) == [flat]
+    case = verify_case([3, 2], 2, 2, 32, 32, 4, cache_indices=[3, 1], rows=[0, 1], num_rows=2)
+    case.pop("cache_steps")
+    args = kv.kernel_args(**case, out=torch.empty_like(case["v"]), lower_bound=-5.0)
+    assert autotune.searchable_seeds(kv._verify, args, [flat, xyz]) == [flat]
+
+
 def test_a_failed_search_still_writes_the_timed_default_and_says_so(interp, tmp_path, capsys, no_seeds):
     """Helion finding nothing within the budget must not lose the bucket: the default alone is timed and
     written as chosen, the search's failure is recorded in the file, the table and the exit code."""
