@@ -51,10 +51,11 @@ def _config(block_v: int, warps: int, hints: bool = True) -> helion.Config:
 
 DECODE_CONFIGS: dict[str, helion.Config] = {"fp32": _config(8, 2), "bf16": _config(16, 1)}
 # Configs `kdakit kernels autotune` seeds Helion's search with and times against its result, besides the
-# default: one warp per program, with and without the cache hints. On the H200 they lose at B = 1 but win at
-# B = 48 once each call's activations come from HBM, as in a server (kernels/README.md).
+# default: one warp per program, with and without the cache hints, on 8- and 4-row V tiles. On the H200 they
+# lose at B = 1 but win at B = 48 once each call's activations come from HBM, as in a server; the 4-row tile
+# without hints was the fastest there (56 registers against 72 for 8 rows; kernels/BENCH.md, runs 9-11).
 DECODE_SEEDS: dict[str, list[helion.Config]] = {
-    "fp32": [_config(8, 1), _config(8, 1, hints=False)],
+    "fp32": [_config(8, 1), _config(8, 1, hints=False), _config(4, 1, hints=False)],
     "bf16": [],
 }
 
