@@ -5,13 +5,14 @@ fp32 state, bounded gate -5, q/k L2 norm; decode and verify at the CUDA graph ba
 with 6 draft tokens):
 1. Helion's autotuner searches configs (`bound.autotune(args, force=True)`) within `--budget-seconds`, timing
    candidates under CUDA graph replay (HELION_BENCHMARK_CUDAGRAPH=1). The search is seeded with the kernel
-   module's default config and its seed configs (`DECODE_SEEDS` / `VERIFY_SEEDS`, `autotune_seed_configs`):
-   with effort "quick" (the default) Helion's initial population is then those seeds, its compiler seeds and
-   its own default (`from_best_available`, no random padding), so the first candidates finish within seconds
-   and the rest of the budget goes to the pattern
-   search around the best of them. Effort "full" starts from 100 random configs, which a budget under a few
-   minutes does not get through. The search runs on a state pool of just the bucket's requests (Helion
-   clones the mutated pool per candidate; its timing reuses one slot set, so it is L2-hot anyway);
+   module's default config and its seed configs (`DECODE_SEEDS` / `VERIFY_SEEDS`, `autotune_seed_configs`;
+   those outside Helion's search space, e.g. a 3-D launch grid, are only timed in step 2): with effort
+   "quick" (the default) Helion's initial population is then those seeds, its compiler seeds and its own
+   default (`from_best_available`, no random padding), so the first candidates finish within seconds and the
+   rest of the budget goes to the pattern search around the best of them. Effort "full" starts from 100
+   random configs, which a budget under a few minutes does not get through. The search runs on a state pool
+   of just the bucket's requests (Helion clones the mutated pool per candidate; its timing reuses one slot
+   set, so it is L2-hot anyway);
 2. the search's best config, the module default and the seed configs are then checked against the default
    (outputs and state/snapshots) and timed the way `kdakit kernels bench` does: per-call median inside a
    CUDA graph of back-to-back calls whose slots rotate over a pool larger than L2, each call with its own
@@ -422,9 +423,9 @@ def helion_autotune(
 
 
 def searchable_seeds(fn, args: tuple, seeds, settings=None) -> list:
-    """The seeds that lie in Helion's search space for `fn` at `args`. That space depends on the shapes (the
-    3-D launch grid is left out once the grid's size reaches the y-grid limit, e.g. verify at B 48), and a
-    seed outside it stops the whole search; the caller still times every seed against the search's result."""
+    """The seeds that lie in Helion's search space for `fn` at `args`. That space is narrower than what runs:
+    it has no 3-D launch grid for decode and verify (their request and head tiles have a fixed size of 1),
+    and a seed outside it stops the whole search; the caller still times every seed against its result."""
     import helion
 
     bound = helion.kernel(fn, static_shapes=False, **(settings or {})).bind(args)
