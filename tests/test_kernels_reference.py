@@ -82,7 +82,8 @@ def test_delta_rule_writes_the_value_exactly_when_beta_is_one():
     k = k / k.norm()
     v = torch.randn(1, 1, V, generator=gen, dtype=F64)
     state = torch.randn(1, V, K, generator=gen, dtype=F64)
-    _, states = ref.kda_recurrence(q, k, v, torch.zeros(1, 1, K), torch.ones(1, 1), state, 1.0, use_qk_l2norm=False)
+    gate, beta = torch.zeros(1, 1, K), torch.ones(1, 1)
+    _, states = ref.kda_recurrence(q, k, v, gate, beta, state, 1.0, use_qk_l2norm=False)
     assert torch.allclose(states[0, 0] @ k[0, 0], v[0, 0], rtol=0, atol=1e-12)
     assert not torch.allclose(state[0] @ k[0, 0], v[0, 0], rtol=0, atol=1e-3)
 
