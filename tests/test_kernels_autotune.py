@@ -459,20 +459,55 @@ def test_timed_calls_rotate_over_their_own_activation_copies():
     assert activations_of(sets[2]) is got[2]  # a slot set seen again keeps its copy
 
 
+def _small_kernel_args():
+    """{name: (kernel function, args)} for decode and chain/tree verify at a small CPU shape."""
+    c = decode_case(2, 2, 2, 32, 32, 4, indices=[3, 1])
+    decode_args = (c["mixed_qkv"], c["a"], c["b"], c["A_log"], c["dt_bias"], 0.1, -5.0, c["initial_state"],
+                   c["out"], c["ssm_state_indices"], True, True)  # fmt: skip
+    kernels = {"decode": (kd._packed_decode, decode_args)}
+    for mode, parents in (("chain", None), ("tree", [[0, 0, 1], [0, 0, 1]])):
+        case = verify_case([3, 3], 2, 2, 32, 32, 4, cache_indices=[3, 1], rows=[0, 1], num_rows=2,
+                           parents=parents)  # fmt: skip
+        case.pop("cache_steps")
+        args = kv.kernel_args(**case, out=torch.empty_like(case["v"]), lower_bound=-5.0)
+        kernels[mode] = (kv._verify, args)
+    return kernels
+
+
 def test_seeds_outside_helions_search_space_are_not_seeded():
     """Helion's search space for decode and verify has no 3-D launch grid (pid_type "xyz"; their request
     and head tiles have a fixed size of 1), though both kernels run with one. Seeded, such a config stopped
     every verify search on the H200; now it is only timed against the search's result, not seeded."""
     flat = helion.Config(block_sizes=[8], num_warps=1, pid_type="flat")
     xyz = helion.Config(block_sizes=[8], num_warps=1, pid_type="xyz")
-    c = decode_case(2, 2, 2, 32, 32, 4, indices=[3, 1])
-    args = (c["mixed_qkv"], c["a"], c["b"], c["A_log"], c["dt_bias"], 0.1, -5.0, c["initial_state"], c["out"],
-            c["ssm_state_indices"], True, True)  # fmt: skip
-    assert autotune.searchable_seeds(kd._packed_decode, args, [xyz, flat, xyz]) == [flat]
-    case = verify_case([3, 2], 2, 2, 32, 32, 4, cache_indices=[3, 1], rows=[0, 1], num_rows=2)
-    case.pop("cache_steps")
-    args = kv.kernel_args(**case, out=torch.empty_like(case["v"]), lower_bound=-5.0)
-    assert autotune.searchable_seeds(kv._verify, args, [flat, xyz]) == [flat]
+    kernels = _small_kernel_args()
+    assert autotune.searchable_seeds(*kernels["decode"], [xyz, flat, xyz]) == [flat]
+    assert autotune.searchable_seeds(*kernels["chain"], [flat, xyz]) == [flat]
+
+
+def test_every_module_config_and_seed_is_valid_on_cuda(monkeypatch):
+    """Helion applies its CUDA-only config rules (e.g. a register cap only on a persistent grid) only where
+    CUDA is available, so a config that passes every CPU test can be refused on the GPU: three verify seeds
+    were, on the H200. Here those rules run on the CPU, with an H200's register file."""
+    import helion._compat
+    import helion.autotuner.config_spec
+
+    monkeypatch.setattr(helion._compat, "_supports_maxnreg", lambda: True)
+    monkeypatch.setattr(helion.autotuner.config_spec, "_regs_per_block", lambda: 65536)
+    configs = {
+        "decode": [*kd.DECODE_CONFIGS.values(), *(s for seeds in kd.DECODE_SEEDS.values() for s in seeds)],
+        "chain": [kv.VERIFY_CONFIGS["chain"], *kv.VERIFY_SEEDS["chain"]],
+        "tree": [kv.VERIFY_CONFIGS["tree"], *kv.VERIFY_SEEDS["tree"]],
+    }
+    for name, (fn, args) in _small_kernel_args().items():
+        spec = helion.kernel(fn, static_shapes=False).bind(args).config_spec
+        for config in configs[name]:
+            spec.normalize(helion.Config(**dict(config.config)))  # raises helion.exc.InvalidConfig
+    # the rules are live: a register cap on the flat grid is refused
+    fn, args = _small_kernel_args()["chain"]
+    capped = helion.Config(**dict(kv.VERIFY_CONFIGS["chain"].config, maxnreg=64))
+    with pytest.raises(helion.exc.InvalidConfig, match="maxnreg"):
+        helion.kernel(fn, static_shapes=False).bind(args).config_spec.normalize(capped)
 
 
 def test_a_failed_search_still_writes_the_timed_default_and_says_so(interp, tmp_path, capsys, no_seeds):
