@@ -499,12 +499,13 @@ def test_every_module_config_and_seed_is_valid_on_cuda(monkeypatch):
         "chain": [kv.VERIFY_CONFIGS["chain"], *kv.VERIFY_SEEDS["chain"]],
         "tree": [kv.VERIFY_CONFIGS["tree"], *kv.VERIFY_SEEDS["tree"]],
     }
-    for name, (fn, args) in _small_kernel_args().items():
+    kernels = _small_kernel_args()
+    for name, (fn, args) in kernels.items():
         spec = helion.kernel(fn, static_shapes=False).bind(args).config_spec
         for config in configs[name]:
             spec.normalize(helion.Config(**dict(config.config)))  # raises helion.exc.InvalidConfig
     # the rules are live: a register cap on the flat grid is refused
-    fn, args = _small_kernel_args()["chain"]
+    fn, args = kernels["chain"]
     capped = helion.Config(**dict(kv.VERIFY_CONFIGS["chain"].config, maxnreg=64))
     with pytest.raises(helion.exc.InvalidConfig, match="maxnreg"):
         helion.kernel(fn, static_shapes=False).bind(args).config_spec.normalize(capped)
