@@ -57,4 +57,4 @@ def build(engine: dockerd.Dockerd, base: str) -> str:
                 ctx,
                 timeout=1200,
             )
-    return tag
+    return images.used_image(tag)

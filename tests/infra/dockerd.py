@@ -34,6 +34,10 @@ class DockerdError(RuntimeError):
     pass
 
 
+class DockerdBusy(DockerdError):
+    """Another live process holds the engine root's lock."""
+
+
 def unavailable_reason() -> str | None:
     """Why a private dockerd cannot run here (for pytest.skip), or None when it can."""
     if os.geteuid() != 0:
@@ -158,6 +162,26 @@ def _kill_pidfile(pidfile: Path, name: str, timeout: float = 10) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+def stop_leftover(root: Path) -> None:
+    """Stop the dockerd (and its containerd) a dead test run left on root, unless a live one holds root's
+    lock; unmount what they left."""
+    root = Path(root)
+    if not (root / "lock").exists():
+        return
+    lock_fd = os.open(root / "lock", os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        _kill_pidfile(root / "dockerd.pid", "dockerd", timeout=30)
+        _kill_pidfile(root / "exec" / "containerd" / "containerd.pid", "containerd")
+        unmount_under(root)
+        (root / "dockerd.pid").unlink(missing_ok=True)
+    finally:
+        os.close(lock_fd)
+
+
 def unmount_under(root: Path) -> list[str]:
     """Unmount every mount point below root (overlay layers, nsfs), deepest first; returns them."""
     prefix = str(root.resolve()) + "/"
@@ -205,21 +229,18 @@ def start(
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
-            if time.monotonic() > deadline:
+            if time.monotonic() >= deadline:
                 os.close(lock_fd)
-                raise DockerdError(
+                raise DockerdBusy(
                     f"{root} stayed locked by another dockerd user for {lock_timeout:.0f}s"
                 ) from None
             time.sleep(1)
     engine = None
     try:
         pidfile = root / "dockerd.pid"
-        try:
-            old = int(pidfile.read_text().strip())
-            if _alive(old, "dockerd"):
-                raise DockerdError(f"dockerd PID {old} still runs on {root}; stop it first")
-        except (OSError, ValueError):
-            pass
+        # We hold the lock, so a dockerd still running here belongs to a run that died without stopping it.
+        _kill_pidfile(pidfile, "dockerd", timeout=30)
+        _kill_pidfile(root / "exec" / "containerd" / "containerd.pid", "containerd")
         pidfile.unlink(missing_ok=True)  # a stale pidfile makes dockerd refuse to start
         unmount_under(root)
         (root / "docker.sock").unlink(missing_ok=True)

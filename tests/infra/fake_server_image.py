@@ -39,4 +39,4 @@ def build(engine: dockerd.Dockerd) -> str:
             engine.cli(
                 "build", "--network", "host", "--build-arg", f"BASE={base}", "-t", tag, ctx, timeout=600
             )
-    return tag
+    return images.used_image(tag)

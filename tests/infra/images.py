@@ -15,6 +15,7 @@ works from nothing.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import hashlib
 import json
@@ -31,6 +32,12 @@ from tests.infra import dockerd
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KDAKIT_CI_CACHE", "/var/tmp/kdakit-ci"))
+CACHE_BUDGET = int(float(os.environ.get("KDAKIT_CI_CACHE_GB", "15")) * 1e9)
+# Another run's entries younger than this are kept by prune_cache (that run may still use them).
+RECENT_S = 3600
+_USED: set[Path] = set()  # cache entries (wheelhouses, tarballs) this process used
+_USED_IMAGES: set[str] = set()  # image tags this process built or reused on the image-building engine
+_prune_registered = False
 ENGINE_ROOT = CACHE / "engine"  # the image-building engine; its data root is the layer cache
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = os.environ.get("KDAKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -70,8 +77,78 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     return proc
 
 
+def used_image(tag: str) -> str:
+    """Note that this run uses tag on the image-building engine (prune_cache keeps it); returns tag."""
+    _USED_IMAGES.add(tag)
+    return tag
+
+
 def start_engine(root: Path = ENGINE_ROOT) -> dockerd.Dockerd:
+    global _prune_registered
+    if not _prune_registered:
+        atexit.register(prune_cache)  # once per process that uses the cache
+        _prune_registered = True
     return dockerd.start(root)
+
+
+def cache_size(path: Path = CACHE) -> int:
+    """Bytes under path (hard links counted once: the wheel pool and its wheelhouses share files)."""
+    proc = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True)
+    return int(proc.stdout.split()[0]) if proc.returncode == 0 and proc.stdout else 0
+
+
+def _mark_used(entry: Path, stamp: Path) -> None:
+    _USED.add(entry)
+    os.utime(stamp)  # "recently used", for another run's prune_cache
+
+
+def _stale(entry: Path, stamp: Path) -> bool:
+    """Not used by this run, and not recently by another one."""
+    try:
+        return entry not in _USED and time.time() - stamp.stat().st_mtime > RECENT_S
+    except OSError:
+        return True
+
+
+def prune_cache(budget: int | None = None, log=sys.stderr) -> int:
+    """Keep the cache within budget (default CACHE_BUDGET): drop tarballs and wheelhouses no run uses now,
+    the image-building engine's images this run did not use, BuildKit cache beyond 2 GB, and pool wheels no
+    wheelhouse links to. Runs at the end of each test process that used the cache; returns the size left."""
+    budget = CACHE_BUDGET if budget is None else budget
+    for tarball in (CACHE / "tarballs").glob("*.tar.zst"):
+        if _stale(tarball, tarball):
+            for path in (tarball, Path(f"{tarball}.sha256"), Path(f"{tarball}.id"), Path(f"{tarball}.lock")):
+                path.unlink(missing_ok=True)
+    for folder in (CACHE / "wheelhouse").glob("*"):
+        if folder.is_dir() and _stale(folder, folder / ".complete"):
+            shutil.rmtree(folder, ignore_errors=True)
+    for context in (CACHE / "standin-context").glob("*"):
+        if context.is_dir() and _stale(context, context / ".complete"):
+            shutil.rmtree(context, ignore_errors=True)
+    if _USED_IMAGES and (ENGINE_ROOT / "data").exists():
+        try:
+            engine = dockerd.start(ENGINE_ROOT, lock_timeout=0)
+        except dockerd.DockerdError:
+            engine = None  # another run builds right now; the next run's prune gets to it
+        if engine is not None:
+            try:
+                listed = engine.cli("images", "--format", "{{.Repository}}:{{.Tag}}", check=False)
+                for ref in listed.stdout.decode().split():
+                    if ref not in _USED_IMAGES and not ref.endswith(":<none>"):
+                        engine.cli("rmi", ref, check=False)
+                engine.cli("image", "prune", "--force", check=False)
+                engine.cli("builder", "prune", "--force", "--keep-storage", "2GB", check=False)
+            finally:
+                engine.stop()
+    for wheel in (CACHE / "wheels").glob("*.whl"):
+        if wheel.stat().st_nlink == 1:
+            wheel.unlink(missing_ok=True)
+    size = cache_size()
+    verdict = "within" if size <= budget else "OVER"
+    print(
+        f"kdakit CI cache {CACHE}: {size / 1e9:.1f} GB, {verdict} the {budget / 1e9:.0f} GB budget", file=log
+    )
+    return size
 
 
 def debootstrap_tarball() -> Path:
@@ -121,7 +198,22 @@ def debian_base(engine: dockerd.Dockerd) -> str:
                 input=f.read(),
                 timeout=600,
             )
-    return tag
+    return used_image(tag)
+
+
+def _dedupe_into_pool(folder: Path) -> None:
+    """Replace each wheel by a hard link into CACHE/wheels (one copy per file name across wheelhouses: the
+    nvidia-* wheels of two torch versions are mostly the same files)."""
+    pool = CACHE / "wheels"
+    pool.mkdir(parents=True, exist_ok=True)
+    for wheel in folder.glob("*.whl"):
+        pooled = pool / wheel.name
+        if not pooled.exists():
+            os.link(wheel, pooled)
+        elif not os.path.samefile(wheel, pooled) and pooled.stat().st_size == wheel.stat().st_size:
+            tmp = wheel.with_name(wheel.name + ".link")
+            os.link(pooled, tmp)
+            os.replace(tmp, wheel)
 
 
 def wheelhouse(requirements: tuple[str, ...], no_deps: tuple[str, ...] = ()) -> Path:
@@ -129,6 +221,7 @@ def wheelhouse(requirements: tuple[str, ...], no_deps: tuple[str, ...] = ()) -> 
     out = CACHE / "wheelhouse" / _key(requirements, no_deps, sys.version_info[:2])
     with _locked(out):
         if (out / ".complete").exists():
+            _mark_used(out, out / ".complete")
             return out
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
@@ -138,7 +231,9 @@ def wheelhouse(requirements: tuple[str, ...], no_deps: tuple[str, ...] = ()) -> 
             _run([*pip, *requirements], timeout=3600)
         if no_deps:
             _run([*pip, "--no-deps", *no_deps], timeout=3600)
+        _dedupe_into_pool(out)
         (out / ".complete").write_text("\n".join((*requirements, *no_deps)) + "\n")
+        _mark_used(out, out / ".complete")
         return out
 
 
@@ -174,6 +269,7 @@ def _standin_context(torch_wheels: Path, deps_wheels: Path) -> Path:
                 for wheel in src.glob("*.whl"):
                     os.link(wheel, out / name / wheel.name)
             (out / ".complete").touch()
+        _mark_used(out, out / ".complete")
     return out
 
 
@@ -193,7 +289,7 @@ def standin_base(
         _build(engine, STANDIN_DOCKERFILE, _standin_context(torch_wheels, deps_wheels), tag, args)
         # BuildKit keeps a copy of the sent context (GBs of wheels); the tag is the cache from now on.
         engine.cli("builder", "prune", "--force", "--filter", "type=source.local", check=False)
-    return tag
+    return used_image(tag)
 
 
 def wrong_torch_base(engine: dockerd.Dockerd) -> str:
@@ -231,7 +327,7 @@ def torch_swapped_image(engine: dockerd.Dockerd, image: str, torch: str = WRONG_
         dockerfile.write_text(TORCH_SWAP_DOCKERFILE)
         _build(engine, dockerfile, context, tag, {"IMAGE": image, "TORCH_VERSION": torch})
         engine.cli("builder", "prune", "--force", "--filter", "type=source.local", check=False)
-    return tag
+    return used_image(tag)
 
 
 @dataclass
@@ -267,6 +363,7 @@ def kdakit_image(
     variables.setdefault("BUILD_DATE", _commit_date())
     variables.setdefault("CA_BUNDLE", CA_BUNDLE if Path(CA_BUNDLE).is_file() else "")
     proc = make("image", engine, BASE_IMAGE=base, IMAGE=tag, **variables)
+    used_image(tag)
     build = Build(
         proc.returncode,
         proc.stdout + proc.stderr,
@@ -289,15 +386,5 @@ def image_tarball(engine: dockerd.Dockerd, ref: str) -> Path:
             proc = make("image-save", engine, IMAGE=ref, FILE=str(out))
             if proc.returncode != 0:
                 raise RuntimeError(f"make image-save failed:\n{proc.stdout}\n{proc.stderr}")
-            _prune_tarballs(out.parent, keep=KEEP_TARBALLS)
+    _mark_used(out, out)
     return out
-
-
-KEEP_TARBALLS = 4  # the newest few (a kdakit image tarball is about 3 GB)
-
-
-def _prune_tarballs(folder: Path, keep: int) -> None:
-    tarballs = sorted(folder.glob("*.tar.zst"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in tarballs[keep:]:
-        for path in (old, Path(f"{old}.sha256"), Path(f"{old}.id")):
-            path.unlink(missing_ok=True)

@@ -1,7 +1,12 @@
-"""SSH test hosts for the playbooks: one network namespace per host (veth pair, 10.79.<i>.0/30 addresses that
-exist only inside our namespaces), one sshd per namespace, optionally one dockerd per namespace (so that
-host-network containers of two hosts never share a network stack), and a stand-in `nvidia-smi` per host
-that reports N GPUs of a chosen model.
+"""SSH test hosts for the playbooks: one network namespace per host (veth pair, a /30 that exists only inside
+our namespaces), one sshd per namespace, optionally one dockerd per namespace (so that host-network
+containers of two hosts never share a network stack), and a stand-in `nvidia-smi` per host that reports N
+GPUs of a chosen model.
+
+Two test runs on one machine never touch each other's hosts: each `up()` claims a /24 of 10.80.0.0/12 that no
+interface uses and no live run holds (a lock file under /run/kdakit-test-hosts, held while the hosts are up),
+and names its namespaces and links after a random per-run token. The claim file lists what the run made;
+the next `up()` removes the leftovers of a run that died without `down()` (its lock is free again).
 
 The hosts share the controller's file system; each gets its own folder (root/<name>/) for its sshd, engine,
 stand-in binaries, model weights and results. Everything is stopped by PID; `down()` is idempotent.
@@ -9,19 +14,29 @@ stand-in binaries, model weights and results. Everything is stopped by PID; `dow
 
 from __future__ import annotations
 
+import fcntl
+import ipaddress
+import json
 import os
+import random
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.infra import dockerd
 
 SSHD = "/usr/sbin/sshd"
-SUBNET = "10.79"
+# Each run's hosts get one /24 of this pool (4096 of them); host i gets <block>.<4i>/30.
+SUBNET_POOL = ipaddress.ip_network("10.80.0.0/12")
+CLAIMS = Path(os.environ.get("KDAKIT_TEST_HOSTS_CLAIMS", "/run/kdakit-test-hosts"))
+MAX_HOSTS_PER_RUN = 62
+# Engines under engine_root/<name>[-k]: a second concurrent run takes the next free slot of a name.
+ENGINE_SLOTS = 4
 
 # Prints what the real nvidia-smi prints for the queries the kit makes (fields chosen by --query-gpu).
 NVIDIA_SMI_STANDIN = """#!/usr/bin/env python3
@@ -72,29 +87,133 @@ def unavailable_reason() -> str | None:
 
 
 @dataclass
+class Claim:
+    """One run's /24 and name token, held (flock) from up() to down()."""
+
+    token: str
+    block: ipaddress.IPv4Network
+    path: Path
+    fd: int = field(repr=False, default=-1)
+    made: dict = field(default_factory=lambda: {"netns": [], "links": [], "pidfiles": [], "engines": []})
+
+    def record(self, kind: str, item: str) -> None:
+        self.made[kind].append(item)
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"token": self.token, "pid": os.getpid(), **self.made}))
+        os.replace(tmp, self.path.with_suffix(".json"))
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            self.path.with_suffix(".json").unlink(missing_ok=True)
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _used_networks() -> list[ipaddress.IPv4Network]:
+    out = _run(["ip", "-o", "-4", "addr", "show"], check=False).stdout
+    nets = []
+    for line in out.splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            nets.append(ipaddress.ip_interface(parts[parts.index("inet") + 1]).network)
+    return nets
+
+
+def _clean_leftovers(record: dict) -> None:
+    """Remove what a dead run made (its claim file's list)."""
+    for root in record.get("engines", []):
+        dockerd.stop_leftover(Path(root))
+    for pidfile in record.get("pidfiles", []):
+        _kill_pidfile(Path(pidfile))
+    for netns in record.get("netns", []):
+        _run(["ip", "netns", "del", netns], check=False)
+    for link in record.get("links", []):
+        _run(["ip", "link", "del", link], check=False)
+
+
+def sweep_dead_claims() -> list[str]:
+    """Clean up after runs that died holding hosts (their lock is free); returns their tokens."""
+    CLAIMS.mkdir(parents=True, exist_ok=True)
+    swept = []
+    for lock in sorted(CLAIMS.glob("*.lock")):
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live run holds it
+            record_path = lock.with_suffix(".json")
+            try:
+                record = json.loads(record_path.read_text())
+            except (OSError, ValueError):
+                record = None
+            if record:
+                _clean_leftovers(record)
+                swept.append(record.get("token", "?"))
+            record_path.unlink(missing_ok=True)
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+    return swept
+
+
+def claim(rng: random.Random | None = None) -> Claim:
+    """A /24 of SUBNET_POOL that no interface uses and no live run holds, and a fresh name token."""
+    sweep_dead_claims()
+    rng = rng or random.SystemRandom()
+    used = _used_networks()
+    blocks = list(SUBNET_POOL.subnets(new_prefix=24))
+    for block in rng.sample(blocks, 64):
+        if any(block.overlaps(net) for net in used):
+            continue
+        path = CLAIMS / f"{block.network_address}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            same_file = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same_file = False
+        if not same_file:  # swept away by another run between open and lock
+            os.close(fd)
+            continue
+        c = Claim(secrets.token_hex(3), block, path, fd)
+        c.save()
+        return c
+    raise HostError(f"no free /24 in {SUBNET_POOL} after 64 tries (see {CLAIMS})")
+
+
+@dataclass
 class TestHost:
     name: str
     index: int
     root: Path
     gpus: int
     gpu_model: str
+    claim: Claim | None = field(default=None, repr=False)
     engine: dockerd.Dockerd | None = None
 
     @property
     def netns(self) -> str:
-        return f"kdakit-{self.name}"
+        return f"kdk-{self.claim.token}-{self.name}"
 
     @property
     def address(self) -> str:
-        return f"{SUBNET}.{self.index}.2"
+        return str(self.claim.block.network_address + 4 * self.index + 2)
 
     @property
     def peer_address(self) -> str:
-        return f"{SUBNET}.{self.index}.1"
+        return str(self.claim.block.network_address + 4 * self.index + 1)
 
     @property
     def veth(self) -> str:
-        return f"kdk-{self.name}"  # interface names are at most 15 characters
+        return f"k{self.claim.token}{self.index}"  # plus a/b: interface names are at most 15 characters
 
     @property
     def nvidia_smi(self) -> Path:
@@ -156,18 +275,23 @@ def up(
     reason = unavailable_reason()
     if reason:
         raise HostError(reason)
+    if len(specs) > MAX_HOSTS_PER_RUN:
+        raise HostError(f"at most {MAX_HOSTS_PER_RUN} hosts per run")
     root = Path(root)
     client_key(root)
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    run_claim = claim()
     hosts = []
     try:
         for i, (name, gpus, model) in enumerate(specs, start=1):
-            host = TestHost(name, i, root / name, gpus, model)
+            host = TestHost(name, i, root / name, gpus, model, run_claim)
             hosts.append(host)
-            _down_one(host)  # leftovers of an interrupted run
+            _kill_pidfile(host.sshd_pidfile)  # an sshd of an earlier run in the same folder
             host.root.mkdir(parents=True, exist_ok=True)
             _write_standins(host, driver)
+            run_claim.record("netns", host.netns)
             _run(["ip", "netns", "add", host.netns])
+            run_claim.record("links", f"{host.veth}a")
             _run(["ip", "link", "add", f"{host.veth}a", "type", "veth", "peer", "name", f"{host.veth}b"])
             _run(["ip", "link", "set", f"{host.veth}b", "netns", host.netns])
             _run(["ip", "addr", "add", f"{host.peer_address}/30", "dev", f"{host.veth}a"])
@@ -198,6 +322,7 @@ def up(
                     ]
                 )
             )
+            run_claim.record("pidfiles", str(host.sshd_pidfile))
             _run(
                 [
                     "ip",
@@ -212,7 +337,7 @@ def up(
                 ]
             )
             if engine_root is not None:
-                host.engine = dockerd.start(Path(engine_root) / name, netns=host.netns)
+                host.engine = _start_engine_slot(Path(engine_root), name, host.netns, run_claim)
         deadline = time.monotonic() + 20
         for host in hosts:
             while not _port_open(host.address, 22):
@@ -223,6 +348,20 @@ def up(
     except BaseException:
         down(hosts)
         raise
+
+
+def _start_engine_slot(engine_root: Path, name: str, netns: str, run_claim: Claim) -> dockerd.Dockerd:
+    """The host's engine on the first free slot (engine_root/name, then name-2, ...): a concurrent run never
+    waits for, nor stops, another run's engine, and a lone run reuses its data root (loaded images)."""
+    for k in range(1, ENGINE_SLOTS + 1):
+        root = engine_root / (name if k == 1 else f"{name}-{k}")
+        try:
+            engine = dockerd.start(root, netns=netns, lock_timeout=0)
+        except dockerd.DockerdBusy:
+            continue
+        run_claim.record("engines", str(engine.root))
+        return engine
+    raise HostError(f"all {ENGINE_SLOTS} engine slots of {name} under {engine_root} are in use")
 
 
 def _children(pid: int) -> list[int]:
@@ -249,6 +388,8 @@ def _kill_pidfile(pidfile: Path) -> None:
 def _down_one(host: TestHost) -> None:
     if host.engine is not None:
         host.engine.stop()
+        if host.engine.root.name != host.name:  # a spare slot: its loaded images would only fill the cache
+            shutil.rmtree(host.engine.root, ignore_errors=True)
         host.engine = None
     _kill_pidfile(host.sshd_pidfile)
     _run(["ip", "netns", "del", host.netns], check=False)
@@ -256,9 +397,12 @@ def _down_one(host: TestHost) -> None:
 
 
 def down(hosts: list[TestHost]) -> None:
-    """Stop engines and sshds by PID, delete namespaces and links; safe to call twice."""
+    """Stop engines and sshds by PID, delete namespaces and links, release the run's claim; safe to call
+    twice."""
     for host in hosts:
         _down_one(host)
+    for run_claim in {id(h.claim): h.claim for h in hosts if h.claim}.values():
+        run_claim.release()
 
 
 def inventory(
