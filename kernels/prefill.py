@@ -31,10 +31,12 @@ bandwidth-bound.
    through HBM. Each step's operands are loaded at its top and pipelined by Triton (3 stages). Each program
    takes a whole SM, so the V tile is widened at run time while the programs would need a second wave
    (`widened_block_v`: 2x4096 tokens runs 32-wide), and a specialization that needs more shared memory
-   than the GPU has runs with fewer stages (`_launch_within_shared_memory`). `output_intermediate_states`
-   (the state at every chunk start) is computed apart, by plain torch ops from W, U and kg
-   (`_chunk_start_states`: slow, one host sync), because a per-chunk state store inside this loop gave
-   wrong states on the H200.
+   than the GPU has runs with fewer stages (`_launch_within_shared_memory`). No per-chunk state
+   leaves the loop: with `output_intermediate_states` the second return value is None (as SGLang's FlashInfer
+   and gfx950 prefills return it). SGLang 0.5.23's KDA backend never reads it from a kernel that declares
+   `supports_track_state_snapshot`: radix-cache tracking takes the in-kernel `track_state` snapshot or the
+   final pool state (`KDAAttnBackend.forward_extend` -> `MambaAttnBackendBase._track_mamba_state_extend`,
+   which asserts rather than read a missing h).
 
 Every length enters the kernels as data (cu_seqlens and the per-sequence chunk ends, computed on the device
 with no host sync, so a captured call replays correctly with new lengths) or as a symbolic size, and each
@@ -491,32 +493,6 @@ def _state_pass_fn(
     return pool_rows
 
 
-def _chunk_start_states(w, u_rows, kg, decay, pool, indices, cu, HV, K, V, dtype) -> torch.Tensor:
-    """The state at the start of every chunk, [chunks, HV, V, K], by plain torch ops (for
-    output_intermediate_states only): the same recurrence as the state pass, chunk by chunk on the host.
-
-    A Helion state pass that stored these per-chunk states from inside its loop gave wrong values on the
-    H200 (kernels/BENCH.md); this path is slow (a host loop over chunks, one host sync) but has no such
-    kernel, and the fused state pass still computes the output and the final states."""
-    bounds = cu.tolist()
-    slots = indices.tolist()
-    W = w.view(-1, HV, K)
-    U = u_rows.reshape(-1, HV, V)
-    KG = kg.view(-1, HV, K)
-    D = decay.view(-1, HV, K)
-    states = []
-    for n, slot in enumerate(slots):
-        S = pool[slot].float() if slot >= 0 else torch.zeros(HV, V, K, device=pool.device)
-        for t0 in range(bounds[n], bounds[n + 1], CHUNK):
-            t1 = min(t0 + CHUNK, bounds[n + 1])
-            states.append(S.to(dtype))
-            v_new = U[t0:t1].float() - torch.einsum("chk,hvk->chv", W[t0:t1].float(), S)
-            S = S * D[len(states) - 1][:, None, :] + torch.einsum("chv,chk->hvk", v_new, KG[t0:t1].float())
-    if not states:
-        return torch.empty(0, HV, V, K, dtype=dtype, device=pool.device)
-    return torch.stack(states)
-
-
 # --------------------------------------------------------------------------------------------------------
 # configs and the entry point
 # --------------------------------------------------------------------------------------------------------
@@ -785,8 +761,8 @@ def chunk_kda(
     else softplus), else pre-activated log decay; beta [B,T',HV] (logits when beta_is_raw); T' >= T, rows
     past T (CUDA Graph padding) are ignored. initial_state [slots,HV,V,K] (fp32/bf16) is updated in place
     at initial_state_indices [N] (negative: zero start, nothing written). Varlen: B == 1 and cu_seqlens
-    [N+1]. The output is written into v's storage; returns o, or (o, h [B,NT,HV,V,K]) with
-    output_intermediate_states. chunk_indices/chunk_offsets are accepted for signature compatibility; the
+    [N+1]. The output is written into v's storage; returns o, or (o, None) with
+    output_intermediate_states (per-chunk states are not materialised; see the module docstring). chunk_indices/chunk_offsets are accepted for signature compatibility; the
     chunk map is rebuilt on the device without a host sync.
     """
     del chunk_indices, chunk_offsets, kwargs
@@ -890,18 +866,9 @@ def chunk_kda(
         track_chunk = initial_state_indices
     if not initial_state.is_contiguous():
         raise ValueError("initial_state must be a contiguous [slots,HV,V,K] pool")
-    h = None
-    if output_intermediate_states:  # from U (in v's storage until the state pass) and the initial pool
-        h = _chunk_start_states(
-            w, v_rows, kg, decay, initial_state, initial_state_indices, cu, HV, K, V, q.dtype
-        )
     pool_rows = initial_state.view(-1, K)
     _launch_within_shared_memory(_state_kernel(kernels["state"], N, HV, V, dev), (
         w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
         track_rows, track_chunk, has_track, HV,
     ))  # fmt: skip
-    if h is None:
-        return out
-    if cu_seqlens is None:
-        return out, h.view(B, math.ceil(T / CHUNK), HV, V, K)
-    return out, h.unsqueeze(0)
+    return (out, None) if output_intermediate_states else out

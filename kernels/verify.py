@@ -10,7 +10,9 @@ Shapes (N requests packed into T tokens, H query/key heads, HV value heads, K an
     cache_indices               [N]   pool slot per request (negative: start from a zero state)
     query_start_loc             [N+1] token offsets of the requests
     intermediate_states_buffer  [rows, >= cache_steps, HV, V, K]  snapshots[row, step] = state after step
-    intermediate_state_indices  [N]   snapshot row per request (negative: CUDA Graph padding, nothing stored)
+    intermediate_state_indices  [>= N] snapshot row of request n at position n; SGLang's KDA backend passes
+                                its whole per-pool row table (`build_verify_intermediate_state_indices`),
+                                longer than N; negative rows: CUDA Graph padding, nothing stored
     retrieve_parent_token       [N, >= steps] or None: tree verification, step s > 0 starts from the
                                 snapshot of step parent[n, s]; None is chain verification (one fp32
                                 accumulator carried across the candidates)
@@ -301,8 +303,14 @@ def helion_kda_verify(
     if A_log.numel() != HV or dt_bias.numel() != HV * K:
         raise ValueError(f"`A_log` needs {HV} and `dt_bias` {HV * K} elements")
     N = cache_indices.shape[0]
-    if query_start_loc.shape != (N + 1,) or intermediate_state_indices.shape != (N,):
-        raise ValueError("`query_start_loc` must be [N+1] and `intermediate_state_indices` [N]")
+    if query_start_loc.shape != (N + 1,):
+        raise ValueError(f"`query_start_loc` must be [N+1] = [{N + 1}] (got {tuple(query_start_loc.shape)})")
+    if intermediate_state_indices.ndim != 1 or intermediate_state_indices.shape[0] < N:
+        raise ValueError(
+            f"`intermediate_state_indices` must be 1-D with at least N = {N} rows "
+            f"(got {tuple(intermediate_state_indices.shape)})"
+        )
+    intermediate_state_indices = intermediate_state_indices[:N]
     if retrieve_parent_token is not None and (
         retrieve_parent_token.ndim != 2 or retrieve_parent_token.shape[0] != N
     ):

@@ -133,18 +133,20 @@ def test_matches_sglang_triton(lens):
     assert (pool_k[idx] - pool_t[idx]).abs().max().item() < 2e-2
 
 
-def test_intermediate_states_match_reference():
+def test_track_snapshots_match_reference():
+    """Radix-cache tracking as SGLang's KDA backend asks for it (output_intermediate_states with an fp32
+    track_state): the snapshot is the state at the start of chunk track_chunk_idx[n]; no per-chunk states."""
     x = make([130, 70])
-    (o, h), _, _ = run(prefill.chunk_kda, x, output_intermediate_states=True)
+    track = torch.full((2, H, V, K), float("nan"), device="cuda")
+    track_idx = torch.tensor([2, 1], dtype=torch.int32, device="cuda")
+    (o, h), _, _ = run(
+        prefill.chunk_kda, x, output_intermediate_states=True, track_state=track, track_chunk_idx=track_idx
+    )
+    assert h is None
     _, _, all_states = reference(x)
-    assert h.shape == (1, 3 + 2, H, V, K)
-    chunk = 0
     for n, states in enumerate(all_states):
-        start = x["pool"][x["idx"][n]].double()
-        for c in range((states.shape[0] + 63) // 64):
-            want = start if c == 0 else states[c * 64 - 1]
-            assert (h[0, chunk].double() - want).abs().max().item() < S_TOL
-            chunk += 1
+        want = states[int(track_idx[n]) * 64 - 1]
+        assert (track[n].double() - want.to(track.device)).abs().max().item() < S_TOL
 
 
 def test_cuda_graph_replay_with_new_lengths():

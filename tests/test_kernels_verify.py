@@ -65,6 +65,17 @@ def test_tree_verify_reloads_parent_snapshots(lower_bound):
     assert not torch.allclose(out[0, 2:4].float(), chain_out[0, 2:4].float(), atol=1e-2)
 
 
+def test_chain_verify_takes_the_backends_whole_row_table():
+    """SGLang's KDA backend passes intermediate_state_indices as its whole per-pool row table
+    (`build_verify_intermediate_state_indices`: pool size plus padding, read by position), not [N]."""
+    lengths, rows = [3, 2], [1, 0]
+    case = verify_case(lengths, 2, 2, K, V, 4, cache_indices=[3, 0], rows=rows, num_rows=3, seed=8)
+    table = torch.full((7,), 2, dtype=case["intermediate_state_indices"].dtype)  # rows past N: padding row
+    table[:2] = case["intermediate_state_indices"]
+    case["intermediate_state_indices"] = table
+    _check(case, lengths, rows, -5.0)
+
+
 def test_tree_with_chain_parents_equals_chain():
     lengths, rows = [3], [0]
     common = dict(cache_indices=[1], rows=rows, num_rows=1, seed=3)
@@ -121,6 +132,7 @@ def _case(**changes):
         ({"a": torch.randn(2, 10)}, "T\\*HV\\*K"),
         ({"query_start_loc": torch.tensor([0, 1, 2], dtype=torch.int32)}, "query_start_loc"),
         ({"retrieve_parent_token": torch.zeros(2, 2, dtype=torch.int64)}, "retrieve_parent_token"),
+        ({"intermediate_state_indices": torch.zeros(0, dtype=torch.int32)}, "at least N"),
     ],
 )
 def test_verify_rejects_bad_inputs(changes, message):
