@@ -99,12 +99,9 @@ def cluster(tarballs, tmp_path_factory):
     try:
         keep = {Path(f"{kdakit_tar}.id").read_text().strip()}
         for h in hosts:
-            # Older kdakit images (earlier commits) go, so the engines do not grow run after run; the
-            # current one stays: its big base layers load once per cache. The small server image goes
-            # through copy + sha256 + load on every run.
-            for image_id in h.engine.cli("images", "-q", "--no-trunc").stdout.decode().split():
-                if image_id not in keep:
-                    h.engine.cli("rmi", "-f", image_id, check=False)
+            # The small server image goes through copy + sha256 + load on every run. Older kdakit images
+            # (earlier commits) stay until the end: loading the new one then adds only its changed top layers.
+            h.engine.cli("rmi", "-f", "kdakit-ci/fake-sglang:test", check=False)
         for h in hosts:  # the bench client reads the tokenizer from the model folder, as on a real host
             tiny_tokenizer.build(h.model_path)
         protocols = work / "bench-protocols.toml"
@@ -167,6 +164,12 @@ def cluster(tarballs, tmp_path_factory):
         (work / "settings.yml").write_text(yaml.safe_dump(settings))
         yield {"hosts": hosts, "inventory": inv, "results": work / "results", "work": work}
     finally:
+        for h in hosts:  # so that the engines do not grow run after run
+            if h.engine is not None:
+                listed = h.engine.cli("images", "-q", "--no-trunc", check=False).stdout.decode()
+                for image_id in listed.split():
+                    if image_id not in keep:
+                        h.engine.cli("rmi", "-f", image_id, check=False)
         sshhosts.down(hosts)
         sshhosts.down(hosts)  # idempotent
 

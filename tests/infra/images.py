@@ -4,7 +4,8 @@
 - `standin_base(engine)`: stand-in for SGLang's CUDA 13 image: that Debian plus a venv holding the pinned
   torch (PyPI's CUDA build, run on the CPU), triton and `sglang --no-deps`, from a wheelhouse assembled on
   the host with `pip download` (so pip's local caches and mirrors count) and bind-mounted into the build.
-- `wrong_torch_base(engine)`: the stand-in with another torch (2.13.0), which the kdakit build must refuse.
+- `wrong_torch_base(engine)`: the stand-in whose torch reports another version (2.13.0; relabel_dist.py),
+  which the kdakit build must refuse.
 - `kdakit_image(engine, base)`: `make -f images/images.mk image` on a base: the real images/Dockerfile.
 - `image_tarball(engine, ref)`: `make image-save` output (.tar.zst + .sha256 + .id), for hosts to load.
 
@@ -44,7 +45,7 @@ DEBIAN_MIRROR = os.environ.get("KDAKIT_DEBIAN_MIRROR", "http://deb.debian.org/de
 # patch: kdakit's SGLang integration applies a unified diff; ca-certificates: pip over TLS.
 DEBIAN_PACKAGES = ("python3", "python3-venv", "ca-certificates", "patch")
 STANDIN_DOCKERFILE = Path(__file__).with_name("standin-base.Dockerfile")
-WRONG_TORCH = "2.13.0"  # any torch but the pinned one; this one lies on the CI machine's disk (CPU build)
+WRONG_TORCH = "2.13.0"  # any torch version but the pinned one
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # the build's pip trusts what the host trusts (TLS proxy)
 
 
@@ -273,18 +274,15 @@ def _standin_context(torch_wheels: Path, deps_wheels: Path) -> Path:
     return out
 
 
-def standin_base(
-    engine: dockerd.Dockerd, torch: str | None = None, tag_prefix: str = "kdakit-ci/standin"
-) -> str:
-    """The stand-in base with the pinned stack (or another torch); returns its tag. Cached by content."""
+def standin_base(engine: dockerd.Dockerd) -> str:
+    """The stand-in base with the pinned stack; returns its tag. Cached by content."""
     p = _pins()["packages"]
-    torch = torch or p["torch"]
     base = debian_base(engine)
-    torch_wheels = wheelhouse((f"torch=={torch}",), (f"triton=={p['triton']}", f"sglang=={p['sglang']}"))
+    torch_wheels = wheelhouse((f"torch=={p['torch']}",), (f"triton=={p['triton']}", f"sglang=={p['sglang']}"))
     deps_wheels = wheelhouse(SGLANG_IMPORT_DEPS)
-    args = {"DEBIAN_BASE": base, "TORCH_VERSION": torch, "TRITON_VERSION": p["triton"],
+    args = {"DEBIAN_BASE": base, "TORCH_VERSION": p["torch"], "TRITON_VERSION": p["triton"],
             "SGLANG_VERSION": p["sglang"], "SGLANG_IMPORT_DEPS": " ".join(SGLANG_IMPORT_DEPS)}  # fmt: skip
-    tag = f"{tag_prefix}:{_key(STANDIN_DOCKERFILE.read_text(), args)}"
+    tag = f"kdakit-ci/standin:{_key(STANDIN_DOCKERFILE.read_text(), args)}"
     if engine.image_id(tag) is None:
         _build(engine, STANDIN_DOCKERFILE, _standin_context(torch_wheels, deps_wheels), tag, args)
         # BuildKit keeps a copy of the sent context (GBs of wheels); the tag is the cache from now on.
@@ -292,9 +290,37 @@ def standin_base(
     return used_image(tag)
 
 
+# Another torch version, as the version checks see it: the installed torch relabelled (relabel_dist.py), a
+# small layer instead of a second 2.5 GB torch with its nvidia-* wheels (download, install, cache).
+RELABEL_SCRIPT = Path(__file__).with_name("relabel_dist.py")
+RELABEL_DOCKERFILE = """\
+ARG IMAGE
+FROM ${IMAGE}
+ARG DIST
+ARG VERSION
+COPY relabel_dist.py /tmp/relabel_dist.py
+RUN python3 /tmp/relabel_dist.py "${DIST}" "${VERSION}" && rm /tmp/relabel_dist.py
+"""
+
+
+def relabelled_image(engine: dockerd.Dockerd, image: str, prefix: str, torch: str = WRONG_TORCH) -> str:
+    """`image` whose installed torch reports version `torch`; returns its tag (cached by content)."""
+    image_id = engine.image_id(image)
+    tag = f"{prefix}:{_key(RELABEL_DOCKERFILE, RELABEL_SCRIPT.read_text(), image_id, torch)}"
+    if engine.image_id(tag) is None:
+        context = CACHE / "relabel-context"
+        with _locked(context):
+            context.mkdir(parents=True, exist_ok=True)
+            (context / "Dockerfile").write_text(RELABEL_DOCKERFILE)
+            shutil.copy(RELABEL_SCRIPT, context / "relabel_dist.py")
+            _build(engine, context / "Dockerfile", context, tag,
+                   {"IMAGE": image, "DIST": "torch", "VERSION": torch}, timeout=600)  # fmt: skip
+    return used_image(tag)
+
+
 def wrong_torch_base(engine: dockerd.Dockerd) -> str:
-    """The stand-in built with torch 2.13.0 instead of the pin: the kdakit image build must refuse it."""
-    return standin_base(engine, torch=WRONG_TORCH, tag_prefix="kdakit-ci/standin-wrong-torch")
+    """The stand-in with torch reporting 2.13.0 instead of the pin: the kdakit image build must refuse it."""
+    return relabelled_image(engine, standin_base(engine), "kdakit-ci/standin-wrong-torch")
 
 
 def _commit_date() -> str:
@@ -305,29 +331,9 @@ def _commit_date() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-TORCH_SWAP_DOCKERFILE = """\
-ARG IMAGE
-FROM ${IMAGE}
-ARG TORCH_VERSION
-RUN --mount=type=bind,source=torch,target=/wheels \\
-    python3 -m pip install --no-cache-dir --no-index --find-links /wheels --no-deps "torch==${TORCH_VERSION}"
-"""
-
-
 def torch_swapped_image(engine: dockerd.Dockerd, image: str, torch: str = WRONG_TORCH) -> str:
-    """`image` after someone pip-installed another torch into it (what the in-image selftest must catch)."""
-    p = _pins()["packages"]
-    wheels = wheelhouse((f"torch=={torch}",), (f"triton=={p['triton']}", f"sglang=={p['sglang']}"))
-    context = _standin_context(wheels, wheelhouse(SGLANG_IMPORT_DEPS))
-    image_id = engine.image_id(image)
-    tag = f"kdakit-ci/torch-swapped:{_key(TORCH_SWAP_DOCKERFILE, image_id, torch)}"
-    if engine.image_id(tag) is None:
-        dockerfile = CACHE / "dockerfiles" / "torch-swap.Dockerfile"
-        dockerfile.parent.mkdir(parents=True, exist_ok=True)
-        dockerfile.write_text(TORCH_SWAP_DOCKERFILE)
-        _build(engine, dockerfile, context, tag, {"IMAGE": image, "TORCH_VERSION": torch})
-        engine.cli("builder", "prune", "--force", "--filter", "type=source.local", check=False)
-    return used_image(tag)
+    """`image` after someone swapped its torch (what the in-image selftest must catch)."""
+    return relabelled_image(engine, image, "kdakit-ci/torch-swapped", torch)
 
 
 @dataclass
