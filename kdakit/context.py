@@ -40,7 +40,7 @@ def add_record_options(parser: argparse.ArgumentParser) -> None:
 
 
 def normalize_base_url(url: str) -> str:
-    """Server root, whatever the user pasted: http://h:30000, http://h:30000/v1, .../v1/chat/completions."""
+    """Server root, whatever the user pasted: http://h:PORT, http://h:PORT/v1, .../v1/chat/completions."""
     url = url.strip().rstrip("/")
     if not url.startswith(("http://", "https://")):
         raise UsageError(f"--base-url must start with http:// or https://, got {url!r}")

@@ -60,7 +60,7 @@ def test_h200_helion_plan_is_the_prs_launch_command():
         "--tool-call-parser": "glm47",
         "--random-seed": "42",
         "--host": "0.0.0.0",
-        "--port": "8090",
+        "--port": "30000",
         "--model-path": "/models/GLM-5.3-Flash",
     }
     assert f == expected
