@@ -1,20 +1,33 @@
-"""`kdakit eval gsm8k`: lm-eval 0.4.13 against the server's OpenAI chat API, offline, protocols as data.
+"""`kdakit eval gsm8k`: GSM8K against the server's OpenAI chat API, offline, protocols as data, two tools.
 
-Why `local-chat-completions`: the served models are chat reasoning models (GLM-5.3-Flash) and the PR's
-protocol sets `reasoning_effort=low`, a chat-template parameter the server applies only to chat requests; the
-chat model also needs no client-side tokenizer (nothing to download). Few-shot examples go as chat turns.
+- `tool = "sglang-run-eval"` (protocol `pr`): SGLang's own `python -m sglang.test.run_eval --eval-name gsm8k`
+  from the pinned SGLang, the tool whose flags the PR quotes. It takes test rows 0..shots-1 as the shots (all
+  in one user message) and scores the next `limit` test rows by the last number of the answer.
+- `tool = "lm-eval"` (protocols `lm-eval`, `full`): lm-eval 0.4.13, test rows 0..limit-1, shots from the
+  train split as chat turns, lm-eval's strict and flexible filters.
 
-Each run writes `<arm>-<protocol>-run<j>.result.json` (schema kdakit.result.v1) and keeps lm-eval's own
-output (results_*.json, samples_*.jsonl, the task YAML used, the console log) in the folder of the same name.
+Both read the kit's GSM8K copy (sha256-checked); each run is one tool invocation with the protocol's
+request and run limits (kdakit.bounded), GPU telemetry beside it (kdakit.telemetry), and one record naming
+the tool, its version, the scored rows and the shots.
+
+Why lm-eval's `local-chat-completions`: the served models are chat reasoning models (GLM-5.3-Flash) and the
+PR's protocol sets `reasoning_effort=low`, a chat-template parameter the server applies only to chat
+requests; the chat model also needs no client-side tokenizer (nothing to download). Few-shot examples go
+as chat turns.
+
+Each run writes `<arm>-<protocol>-run<j>.result.json` (schema kdakit.result.v1) and keeps the tool's own
+output (its console log; lm-eval's results_*.json and samples_*.jsonl, run_eval's metrics JSONL and HTML
+report) in the folder of the same name.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import json
 import os
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
@@ -22,7 +35,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kdakit import context, results
+from kdakit import bounded, context, results, telemetry
 from kdakit.errors import UsageError
 
 HERE = Path(__file__).parent
@@ -30,6 +43,8 @@ PROTOCOLS_FILE = HERE / "protocols.toml"
 TASK_TEMPLATE = HERE / "gsm8k_kdakit.yaml"
 TASK_NAME = "gsm8k_kdakit"
 LM_EVAL_MODEL = "local-chat-completions"
+TOOLS = {"sglang-run-eval": "sglang", "lm-eval": "lm_eval"}  # tool -> the distribution that carries it
+METRICS = {"sglang-run-eval": ("numeric",), "lm-eval": ("strict", "flexible")}
 
 
 @dataclass(frozen=True)
@@ -44,8 +59,11 @@ class Protocol:
     temperature: float
     threshold: float
     verdict_metric: str
+    tool: str = "lm-eval"
     top_p: float | None = None
     extra_gen_kwargs: dict = field(default_factory=dict)
+    request_timeout_s: float = 900.0  # longest silence (no request finishing) before the run counts as hung
+    run_timeout_s: float = 14400.0
 
     def gen_kwargs(self) -> dict:
         kwargs = {"temperature": self.temperature, "max_gen_toks": self.max_gen_toks}
@@ -65,8 +83,14 @@ def load_protocols(path: Path = PROTOCOLS_FILE) -> tuple[dict, dict[str, Protoco
             protocols[name] = Protocol(name=name, **table)
         except TypeError as exc:
             raise UsageError(f"{path}: protocol {name!r}: {exc}") from None
-        if protocols[name].verdict_metric not in ("strict", "flexible"):
-            raise UsageError(f"{path}: protocol {name!r}: verdict_metric must be strict or flexible")
+        protocol = protocols[name]
+        if protocol.tool not in TOOLS:
+            raise UsageError(f"{path}: protocol {name!r}: tool must be one of {', '.join(TOOLS)}")
+        if protocol.verdict_metric not in METRICS[protocol.tool]:
+            raise UsageError(
+                f"{path}: protocol {name!r}: verdict_metric for {protocol.tool} must be one of "
+                f"{', '.join(METRICS[protocol.tool])}"
+            )
     return doc.get("data", {}), protocols
 
 
@@ -114,6 +138,61 @@ def lm_eval_argv(protocol: Protocol, base_url: str, model: str, include_dir: Pat
     return argv
 
 
+def run_eval_argv(protocol: Protocol, base_url: str, model: str, test_file: Path) -> list[str]:
+    """SGLang's run_eval with the protocol's flags; one invocation is one run (`--repeat 1`)."""
+    argv = [sys.executable, "-m", "sglang.test.run_eval", "--base-url", base_url, "--model", model]
+    argv += ["--eval-name", "gsm8k", "--api", "chat", "--num-examples", str(protocol.limit)]
+    argv += ["--num-shots", str(protocol.num_fewshot), "--num-threads", str(protocol.num_concurrent)]
+    argv += ["--max-tokens", str(protocol.max_gen_toks), "--temperature", str(protocol.temperature)]
+    if protocol.top_p is not None:
+        argv += ["--top-p", str(protocol.top_p)]
+    if protocol.extra_gen_kwargs.get("reasoning_effort"):
+        argv += ["--reasoning-effort", str(protocol.extra_gen_kwargs["reasoning_effort"])]
+    unknown = sorted(set(protocol.extra_gen_kwargs) - {"reasoning_effort"})
+    if unknown:
+        raise UsageError(f"protocol {protocol.name!r}: run_eval takes no {', '.join(unknown)}")
+    argv += ["--gsm8k-data-path", str(test_file), "--repeat", "1"]
+    return argv
+
+
+def rows_scored(protocol: Protocol, test_rows: int) -> dict:
+    """Which GSM8K rows a run scores and which it shows as shots, as each tool picks them."""
+    if protocol.tool == "sglang-run-eval":
+        # run_eval: the first `shots` test rows are the shots, the scored set starts after them.
+        first = protocol.num_fewshot
+        count = min(protocol.limit or test_rows - first, test_rows - first)
+        return {
+            "questions": {"split": "test", "first": first, "count": count},
+            "shots": {"split": "test", "rows": list(range(protocol.num_fewshot)), "as": "one user message"},
+        }
+    count = min(protocol.limit or test_rows, test_rows)
+    return {
+        "questions": {"split": "test", "first": 0, "count": count},
+        "shots": {"split": "train", "rows": None, "as": "chat turns",
+                  "selection": "lm-eval's few-shot sampler (seed 1234) per question; see samples_*.jsonl"},
+    }  # fmt: skip
+
+
+def parse_run_eval(raw: Path) -> dict:
+    """The score run_eval reported through its metrics file (SGLANG_TEST_METRICS_OUTPUT)."""
+    values = {}
+    for path in sorted(raw.glob("run-eval-metrics*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                values[row.get("metric_name")] = row.get("value")
+    if not isinstance(values.get("gsm8k_score"), int | float):
+        raise RuntimeError(f"run_eval reported no gsm8k_score under {raw}")
+    return {"accuracy_numeric": float(values["gsm8k_score"]), "tool_latency_s": values.get("gsm8k_latency")}
+
+
+def tool_version(tool: str) -> str | None:
+    try:
+        return importlib.metadata.version(TOOLS[tool])
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def parse_lm_eval_results(raw_dir: Path) -> dict:
     """Accuracies and counts from lm-eval's results_*.json under raw_dir (the newest one)."""
     found = sorted(raw_dir.rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
@@ -142,16 +221,25 @@ def verdict(metrics: dict, protocol: Protocol) -> str:
     return "pass" if value >= protocol.threshold else "fail"
 
 
-def _run_lm_eval(argv: list[str], log_path: Path, env: dict) -> int:
-    with open(log_path, "w") as log:
-        log.write("$ " + " ".join(argv) + "\n")
-        log.flush()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            sys.stderr.write("  lm-eval | " + line)
-        return proc.wait()
+def _tool_run(protocol: Protocol, argv: list[str], raw: Path, env: dict, model: str) -> bounded.Outcome:
+    """One bounded tool invocation in raw/ (its console log: raw/<tool>.log)."""
+    log = raw / f"{protocol.tool}.log"
+    log.write_text("$ " + " ".join(argv) + "\n")
+    run_env = dict(env)
+    if protocol.tool == "sglang-run-eval":
+        run_env["SGLANG_TEST_METRICS_OUTPUT"] = str(raw / "run-eval-metrics")
+    started = time.time()
+    outcome = bounded.run_bounded(
+        argv, log, stall_s=protocol.request_timeout_s, total_s=protocol.run_timeout_s, env=run_env, cwd=raw,
+        echo=f"  {protocol.tool} | ",
+    )  # fmt: skip
+    if protocol.tool == "sglang-run-eval":  # run_eval writes its report to fixed /tmp names: keep a copy
+        stem = f"gsm8k_{model.replace('/', '_')}"
+        for suffix, name in ((".html", "run-eval-report.html"), (".json", "run-eval-result.json")):
+            found = Path("/tmp") / f"{stem}{suffix}"
+            if found.is_file() and found.stat().st_mtime >= started - 1:
+                shutil.copy(found, raw / name)
+    return outcome
 
 
 def run_gsm8k(args: argparse.Namespace) -> int:
@@ -171,17 +259,26 @@ def run_gsm8k(args: argparse.Namespace) -> int:
     if protocol.runs < 1:
         raise UsageError("--runs must be at least 1")
     data_dir = check_data(data)
+    test_rows = int(data.get("test_rows", 0)) or len((data_dir / "test.jsonl").read_text().splitlines())
+    full_rows = rows_scored(protocols[args.protocol], test_rows)["questions"]["count"]
+    rows = rows_scored(protocol, test_rows)
+    limited = rows["questions"]["count"] < full_rows
 
     base_url = context.normalize_base_url(args.base_url)
     if context.get_json(f"{base_url}/v1/models") is None and context.get_json(f"{base_url}/health") is None:
-        raise UsageError(f"no server answers at {base_url} (tried /v1/models and /health)")
+        raise UsageError(
+            f"no server answers at {base_url} (tried /v1/models and /health: "
+            f"{bounded.probe(f'{base_url}/v1/models')})"
+        )
     info = context.server_info(base_url)
     model = args.model or context.served_model(base_url) or "default"
     where = context.resolve(args, "gsm8k", info)
     out: Path = where["out"]
     out.mkdir(parents=True, exist_ok=True)
+    version = tool_version(protocol.tool)
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env["PYTHONUNBUFFERED"] = "1"  # progress reaches the stall watchdog as it happens
     env.setdefault("OPENAI_API_KEY", "EMPTY")
     worst = 0
     with tempfile.TemporaryDirectory(prefix="kdakit-hf-") as hf_home:
@@ -189,56 +286,106 @@ def run_gsm8k(args: argparse.Namespace) -> int:
         for j in range(1, protocol.runs + 1):
             stem = context.fresh_stem(out, f"{where['arm']}-{protocol.name}-run{j}")
             raw = out / stem
-            include_dir = raw / "task"
-            write_task(include_dir, data_dir)
-            argv = lm_eval_argv(protocol, base_url, model, include_dir, raw / "lm-eval")
-            limit_text = protocol.limit or data.get("test_rows", "all")
+            raw.mkdir(parents=True)
+            if protocol.tool == "lm-eval":
+                include_dir = raw / "task"
+                write_task(include_dir, data_dir)
+                argv = lm_eval_argv(protocol, base_url, model, include_dir, raw / "lm-eval")
+            else:
+                argv = run_eval_argv(protocol, base_url, model, data_dir / "test.jsonl")
+            q = rows["questions"]
             print(
-                f"[gsm8k] run {j}/{protocol.runs}: {limit_text} questions, {protocol.num_fewshot}-shot, "
-                f"{protocol.num_concurrent} concurrent, model {model!r} at {base_url}",
+                f"[gsm8k] run {j}/{protocol.runs} with {protocol.tool} {version or '(version unknown)'}: "
+                f"test rows {q['first']}..{q['first'] + q['count'] - 1}{' (limited)' if limited else ''}, "
+                f"{protocol.num_fewshot}-shot, {protocol.num_concurrent} concurrent, model {model!r} "
+                f"at {base_url}",
                 file=sys.stderr,
             )
-            started = time.monotonic()
-            code = _run_lm_eval(argv, raw / "lm-eval.log", env)
-            elapsed = time.monotonic() - started
-            if code != 0:
-                print(
-                    f"[gsm8k] run {j}: lm-eval exited {code}; log kept in {raw / 'lm-eval.log'}",
-                    file=sys.stderr,
-                )
-                return 3
-            parsed = parse_lm_eval_results(raw / "lm-eval")
+            recorder = telemetry.Recorder(raw / "telemetry.csv")
+            with recorder, recorder.window(f"run {j}"):
+                outcome = _tool_run(protocol, argv, raw, env, model)
+            log_name = f"{protocol.tool}.log"
             metrics = {
                 "run_index": j,
-                "n_questions": parsed["n_questions"],
-                "accuracy_strict": parsed["accuracy_strict"],
-                "accuracy_flexible": parsed["accuracy_flexible"],
-                "stderr_strict": parsed["stderr_strict"],
-                "stderr_flexible": parsed["stderr_flexible"],
+                "status": "ok",
+                "n_questions": q["count"],
                 "threshold": protocol.threshold,
                 "verdict_metric": protocol.verdict_metric,
                 "num_fewshot": protocol.num_fewshot,
                 "model": model,
-                "duration_s": round(elapsed, 3),
+                "duration_s": round(outcome.elapsed_s, 3),
                 "raw_dir": stem,
+                "tool": {"name": protocol.tool, "version": version, "argv": argv[1:]},
+                "rows": rows,
+                "data_sha256": data["test_sha256"],
+                "limited": limited,
+                "protocol_questions": full_rows,
+                "request_timeout_s": protocol.request_timeout_s,
+                "run_timeout_s": protocol.run_timeout_s,
+                "http_errors": bounded.http_error_counts([(raw / log_name).read_text(errors="replace")]),
+                "telemetry": recorder.summary,
             }
-            metrics["verdict"] = verdict(metrics, protocol)
+            artifacts = [f"{stem}/{log_name}"]
+            failure = None
+            if not outcome.ok:
+                if outcome.status == "exited":
+                    failure = f"{protocol.tool} exited {outcome.code}; log kept in {raw / log_name}"
+                    metrics["status"] = "failed"
+                else:
+                    failure = bounded.hung_line(
+                        f"gsm8k run {j}", where["host"], base_url, outcome, protocol.request_timeout_s,
+                        protocol.run_timeout_s,
+                    )  # fmt: skip
+                    metrics["status"] = "hung" if outcome.status == "stalled" else "timed out"
+            else:
+                try:
+                    if protocol.tool == "lm-eval":
+                        parsed = parse_lm_eval_results(raw / "lm-eval")
+                        metrics["n_questions"] = parsed.pop("n_questions")
+                        artifacts.append(f"{stem}/lm-eval/{parsed.pop('results_file')}")
+                    else:
+                        parsed = parse_run_eval(raw)
+                        artifacts += [f"{stem}/{p.name}" for p in sorted(raw.glob("run-eval-*"))]
+                    metrics.update(parsed)
+                except (RuntimeError, KeyError, ValueError) as exc:
+                    failure = f"{protocol.tool} output unreadable: {exc}"
+                    metrics["status"] = "failed"
+            if metrics["http_errors"]:
+                codes = ", ".join(f"HTTP {c} x{n}" for c, n in sorted(metrics["http_errors"].items()))
+                print(f"[gsm8k] run {j}: the server answered some requests with errors: {codes}",
+                      file=sys.stderr)  # fmt: skip
+            if failure:
+                metrics["error"] = failure
+                metrics["verdict"] = "no result"
+            else:
+                metrics["verdict"] = verdict(metrics, protocol)
+            if recorder.summary.get("file"):
+                artifacts.append(f"{stem}/{recorder.summary['file']}")
+            notes = [f"{protocol.tool} {version}, protocol source {protocol.source}"]
+            if protocol.tool == "lm-eval":
+                notes[0] += f", model {LM_EVAL_MODEL}, task {TASK_NAME}"
+            if limited:
+                notes.append(
+                    f"limited run: {q['count']} of the protocol's {full_rows} questions; not comparable with "
+                    "the protocol's published number"
+                )
+            notes += recorder.summary.get("warnings", [])
             record = context.new_record(
-                "gsm8k",
-                where,
-                protocol=protocol.name,
-                metrics=metrics,
-                notes=[f"lm-eval {LM_EVAL_MODEL}, task {TASK_NAME}, protocol source {protocol.source}"],
-                artifacts=[f"{stem}/lm-eval.log", f"{stem}/lm-eval/{parsed['results_file']}"],
+                "gsm8k", where, protocol=protocol.name, metrics=metrics, notes=notes, artifacts=artifacts
             )
             path = results.write_result(out / f"{stem}.result.json", record)
+            if failure:
+                print(f"[gsm8k] {failure}; partial record -> {path}", file=sys.stderr)
+                return 3  # the server (or the tool) is not fit for the remaining runs
             chosen = metrics[f"accuracy_{protocol.verdict_metric}"]
+            scores = ", ".join(f"{k} {metrics[f'accuracy_{k}']:.4f}" for k in METRICS[protocol.tool])
             print(
-                f"[gsm8k] run {j}/{protocol.runs}: strict {metrics['accuracy_strict']:.4f}, flexible "
-                f"{metrics['accuracy_flexible']:.4f} on {metrics['n_questions']} questions; "
+                f"[gsm8k] run {j}/{protocol.runs}: {scores} on {metrics['n_questions']} questions; "
                 f"{protocol.verdict_metric} {chosen:.4f} vs threshold {protocol.threshold}: "
-                f"{metrics['verdict'].upper()} ({elapsed:.0f} s) -> {path}"
+                f"{metrics['verdict'].upper()} ({outcome.elapsed_s:.0f} s) -> {path}"
             )
+            for line in recorder.summary.get("warnings", []):
+                print(f"[gsm8k] telemetry warning: {line}", file=sys.stderr)
             if metrics["verdict"] != "pass":
                 worst = max(worst, 1)
     return worst
@@ -249,16 +396,21 @@ def register(subparsers) -> None:
     sub = parser.add_subparsers(dest="eval_name", required=True, metavar="EVAL")
     g = sub.add_parser(
         "gsm8k",
-        help="GSM8K with lm-eval (offline) against an OpenAI-compatible server",
-        description="Exit 0: every run passed the threshold; 1: a run failed it; 3: lm-eval failed.",
+        help="GSM8K with SGLang's run_eval or lm-eval (offline) against an OpenAI-compatible server",
+        description="Exit 0: every run passed the threshold; 1: a run failed it; 3: the tool failed, or the "
+        "server hung past the protocol's limits (the record says which; its log is kept).",
     )
     g.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:30000")
     g.add_argument(
-        "--protocol", default="pr", help="pr (the PR's accuracy test) or full (all 1319 questions)"
+        "--protocol",
+        default="pr",
+        help="pr (the PR's test: SGLang's run_eval), lm-eval (the PR's settings in lm-eval), full (1319)",
     )
     g.add_argument("--runs", type=int, default=None, help="override the protocol's number of runs")
     g.add_argument("--model", default=None, help="served model name (default: the server's /v1/models)")
-    g.add_argument("--limit", type=int, default=None, help="override: score only the first N questions")
+    g.add_argument(
+        "--limit", type=int, default=None, help="override: score only N questions (the record says limited)"
+    )
     g.add_argument("--threshold", type=float, default=None, help="override the protocol's pass threshold")
     g.add_argument("--protocols", default=None, help="another protocols.toml (custom runs, tests)")
     context.add_record_options(g)

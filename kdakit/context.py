@@ -83,6 +83,12 @@ def arm_from_server_args(info: dict | None) -> str:
     return values.pop() if len(values) == 1 and values <= {"helion", "triton"} else "unknown"
 
 
+def canonical_sku(sku: str | None) -> str:
+    """A record's GPU model as the published tables spell it: 'h200' (group_vars, $KDAKIT_SKU) -> 'H200'."""
+    text = (sku or "").strip()
+    return "unknown" if not text or text.lower() == "unknown" else text.upper()
+
+
 def default_run_id() -> str:
     return os.environ.get("KDAKIT_RUN_ID") or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
@@ -112,7 +118,7 @@ def resolve(args: argparse.Namespace, kind: str, info: dict | None) -> dict:
     return {
         "run_id": run_id,
         "host": host,
-        "sku": sku or "unknown",
+        "sku": canonical_sku(sku),
         "arm": arm,
         "out": out,
         "run_dir": run_dir,

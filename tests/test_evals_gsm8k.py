@@ -1,4 +1,5 @@
-"""GSM8K: the real lm-eval 0.4.13 against the test-double server, offline, scored exactly as expected."""
+"""GSM8K: SGLang's run_eval (protocol pr) and the real lm-eval 0.4.13 against the test-double server,
+offline, scored exactly as expected; the double's request log shows what each tool really sent."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import importlib.util
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from kdakit.evals import gsm8k
 from kdakit import cli, results
 
 FAKE_PATH = Path(__file__).parent / "fakes" / "openai_server.py"
+FAKE_NVIDIA_SMI = Path(__file__).parent / "fakes" / "nvidia_smi.py"
 spec = importlib.util.spec_from_file_location("kdakit_test_fake_openai", FAKE_PATH)
 fake = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = fake
@@ -54,12 +57,16 @@ def test_error_pattern_gives_exact_counts_for_any_prefix():
 def test_real_lm_eval_scores_the_fake_exactly(server, tmp_path):
     out = tmp_path / "gsm8k"
     code = cli.main(
-        ["eval", "gsm8k", "--base-url", server, "--protocol", "pr", "--runs", "1", "--limit", str(LIMIT),
+        ["eval", "gsm8k", "--base-url", server, "--protocol", "lm-eval", "--runs", "1", "--limit", str(LIMIT),
          "--out", str(out), "--run-id", "t1", "--host", "node-1", "--sku", "H200", "--arm", "helion"]
     )  # fmt: skip
     assert code == 1  # 0.75 < 0.93: the verdict fails, and the exit code says so
-    record = results.read_result(out / "helion-pr-run1.result.json")
+    record = results.read_result(out / "helion-lm-eval-run1.result.json")
     m = record["metrics"]
+    assert m["limited"] is True and m["protocol_questions"] == 100
+    assert m["tool"]["name"] == "lm-eval" and m["tool"]["version"] == "0.4.13"
+    assert m["rows"]["questions"] == {"split": "test", "first": 0, "count": LIMIT}
+    assert any(note.startswith("limited run: 20 of the protocol's 100 questions") for note in record["notes"])
     wrong = [fake.is_wrong(i, ERROR_RATE, SEED) for i in range(LIMIT)]
     formats = [fake.answer_format(i, SEED) for i in range(LIMIT)]
     expected_strict = sum(not w and SCORED[f][0] for w, f in zip(wrong, formats, strict=True)) / LIMIT
@@ -81,7 +88,7 @@ def test_real_lm_eval_scores_the_fake_exactly(server, tmp_path):
     )
 
     # Per question, lm-eval's raw samples (kept beside the record) agree with the table above.
-    samples_file = next((out / "helion-pr-run1" / "lm-eval").rglob("samples_gsm8k_kdakit_*.jsonl"))
+    samples_file = next((out / "helion-lm-eval-run1" / "lm-eval").rglob("samples_gsm8k_kdakit_*.jsonl"))
     by_filter = {}
     for line in samples_file.read_text().splitlines():
         sample = json.loads(line)
@@ -96,14 +103,105 @@ def test_real_lm_eval_scores_the_fake_exactly(server, tmp_path):
     assert {"hash_commas", "dollar_period"} <= {formats[i] for i in range(LIMIT) if values[i] >= 1000}
 
     # The request really carried the protocol: 5 shots as chat turns, reasoning_effort, temperature 0.
-    log = (out / "helion-pr-run1" / "lm-eval.log").read_text()
+    log = (out / "helion-lm-eval-run1" / "lm-eval.log").read_text()
     assert '"think_end_token": "</think>"' in log
     assert '"reasoning_effort": "low"' in log and '"num_concurrent": 8' in log and "--num_fewshot 5" in log
 
 
+def test_pr_protocol_is_sglang_run_eval_with_the_prs_rows_shots_and_flags(tmp_path, monkeypatch):
+    """`pr` runs `python -m sglang.test.run_eval` from the pinned wheel twice; the double logs requests."""
+    request_log = tmp_path / "requests.jsonl"
+    smi_state = tmp_path / "smi.json"
+    smi_state.write_text(json.dumps({"gpus": 2, "throttle_from_call": 3, "reasons": "0x4"}))
+    monkeypatch.setenv("KDAKIT_NVIDIA_SMI", str(FAKE_NVIDIA_SMI))
+    monkeypatch.setenv("FAKE_NVIDIA_SMI", str(smi_state))
+    rate, seed = 0.05, 3
+    proc, url = fake.start_background("--error-rate", str(rate), "--seed", str(seed), "--token-delay-ms", "2",
+                                      "--request-log", str(request_log))  # fmt: skip
+    try:
+        code = cli.main(
+            ["eval", "gsm8k", "--base-url", url, "--protocol", "pr", "--out", str(tmp_path / "g"),
+             "--run-id", "t2", "--host", "node-2", "--sku", "h200", "--arm", "triton"]
+        )  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    scored = range(5, 105)  # run_eval: test rows 0-4 are the shots, the next 100 are scored
+    expected = sum(not fake.is_wrong(i, rate, seed) for i in scored) / 100
+    assert code == (0 if expected >= 0.93 else 1)
+
+    requests = [json.loads(line) for line in request_log.read_text().splitlines()]
+    assert len(requests) == 200  # two runs of 100 questions, nothing else generated
+    for run in (requests[:100], requests[100:]):
+        assert sorted(r["question_row"] for r in run) == list(scored)
+    for r in requests:
+        assert r["endpoint"] == "/v1/chat/completions" and r["messages"] == ["user"]  # shots in one message
+        assert r["shot_rows"] == [0, 1, 2, 3, 4]
+        assert (r["temperature"], r["max_tokens"], r["reasoning_effort"]) == (0.0, 4096, "low")
+        assert r["model"] == "llm" and r["stream"] is False
+    assert max(r["in_flight"] for r in requests) <= 8 < 100  # --num-threads 8 (one run at a time)
+
+    for j in (1, 2):
+        record = results.read_result(tmp_path / "g" / f"triton-pr-run{j}.result.json")
+        m = record["metrics"]
+        assert m["status"] == "ok" and m["accuracy_numeric"] == expected and m["verdict_metric"] == "numeric"
+        assert m["tool"]["name"] == "sglang-run-eval" and m["tool"]["version"] == "0.5.23"
+        argv = " ".join(m["tool"]["argv"])
+        assert argv.startswith("-m sglang.test.run_eval ") and "--num-threads 8 --max-tokens 4096" in argv
+        assert m["rows"]["questions"] == {"split": "test", "first": 5, "count": 100}
+        assert m["rows"]["shots"]["rows"] == [0, 1, 2, 3, 4] and m["limited"] is False
+        assert m["data_sha256"] == gsm8k.load_protocols()[0]["test_sha256"]
+        assert record["sku"] == "H200"  # normalised where the record's SKU is defined
+        # run_eval's own outputs kept beside the record, its report out of the shared /tmp
+        raw = tmp_path / "g" / m["raw_dir"]
+        assert (raw / "run-eval-report.html").is_file()
+        assert "Score: " in (raw / "sglang-run-eval.log").read_text()
+        tel = m["telemetry"]
+        assert tel["source"] == "nvidia-smi" and tel["samples"] >= 2 * 2 and set(tel["gpus"]) == {"0", "1"}
+        assert (raw / "telemetry.csv").read_text().startswith("t_s,time,gpu,sm_mhz")
+
+
+def test_hung_server_stops_the_run_within_its_limit_and_keeps_the_record(tmp_path, capsys):
+    """A server that accepts requests and never answers: one line naming host, URL and what hung."""
+    text = gsm8k.PROTOCOLS_FILE.read_text().replace("request_timeout_s = 900", "request_timeout_s = 8", 1)
+    protocols = tmp_path / "protocols.toml"
+    protocols.write_text(text)  # its data paths stay relative to evals/
+    # HTTP 400 (not 5xx): the openai client retries a 5xx by itself and run_eval never sees it.
+    proc, url = fake.start_background("--hang-after", "30", "--error-status", "400", "--error-every", "7")
+    started = time.monotonic()
+    try:
+        code = cli.main(
+            ["eval", "gsm8k", "--base-url", url, "--protocol", "pr", "--protocols", str(protocols),
+             "--out", str(tmp_path / "g"), "--host", "node-3", "--sku", "H200", "--arm", "helion"]
+        )  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    elapsed = time.monotonic() - started
+    assert code == 3 and elapsed < 8 + 30
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if "hung" in x)
+    assert line.startswith("[gsm8k] gsm8k run 1 on host node-3: no request finished for 8 s")
+    assert f"server {url} hung; stopped after " in line
+    assert "the server answered some requests with errors: HTTP 400 x4" in err
+    record = results.read_result(tmp_path / "g" / "helion-pr-run1.result.json")
+    m = record["metrics"]
+    assert (m["status"], m["verdict"], m["http_errors"]) == ("hung", "no result", {"400": 4})
+    assert "accuracy_numeric" not in m and m["error"] == line.removeprefix("[gsm8k] ").split("; partial")[0]
+    assert "Error code: 400" in (tmp_path / "g" / "helion-pr-run1" / "sglang-run-eval.log").read_text()
+    assert not (tmp_path / "g" / "helion-pr-run2.result.json").exists()  # no second run on a hung server
+
+
 def test_argv_follows_the_protocols():
     _, protocols = gsm8k.load_protocols()
-    pr = gsm8k.lm_eval_argv(protocols["pr"], "http://h:30000", "llm", Path("/i"), Path("/o"))
+    assert protocols["pr"].tool == "sglang-run-eval" and protocols["pr"].runs == 2
+    run_eval = gsm8k.run_eval_argv(protocols["pr"], "http://h:30000", "llm", Path("/d/test.jsonl"))
+    assert " ".join(run_eval[1:]) == (
+        "-m sglang.test.run_eval --base-url http://h:30000 --model llm --eval-name gsm8k --api chat "
+        "--num-examples 100 --num-shots 5 --num-threads 8 --max-tokens 4096 --temperature 0.0 "
+        "--reasoning-effort low --gsm8k-data-path /d/test.jsonl --repeat 1"
+    )
+    pr = gsm8k.lm_eval_argv(protocols["lm-eval"], "http://h:30000", "llm", Path("/i"), Path("/o"))
     text = " ".join(pr)
     assert "--limit 100" in text and "--num_fewshot 5" in text and "--apply_chat_template" in text
     assert json.loads(pr[pr.index("--gen_kwargs") + 1]) == {
@@ -112,7 +210,7 @@ def test_argv_follows_the_protocols():
     model_args = json.loads(pr[pr.index("--model_args") + 1])
     assert model_args["base_url"] == "http://h:30000/v1/chat/completions"
     assert model_args["num_concurrent"] == 8 and model_args["tokenized_requests"] is False
-    assert protocols["pr"].runs == 2 and protocols["pr"].threshold == 0.93
+    assert protocols["lm-eval"].runs == 2 and protocols["lm-eval"].threshold == 0.93
     full = gsm8k.lm_eval_argv(protocols["full"], "http://h:30000", "llm", Path("/i"), Path("/o"))
     assert "--limit" not in full
     assert json.loads(full[full.index("--gen_kwargs") + 1]) == {
@@ -133,4 +231,4 @@ def test_usage_errors_are_one_line(tmp_path, capsys):
     assert cli.main(["eval", "gsm8k", "--base-url", "http://127.0.0.1:9", "--protocol", "pr"]) == 2
     assert "no server answers at http://127.0.0.1:9" in capsys.readouterr().err
     assert cli.main(["eval", "gsm8k", "--base-url", "http://127.0.0.1:9", "--protocol", "nope"]) == 2
-    assert "unknown protocol 'nope'; known: full, pr" in capsys.readouterr().err
+    assert "unknown protocol 'nope'; known: full, lm-eval, pr" in capsys.readouterr().err

@@ -7,6 +7,8 @@ Python 3 standard library only (it runs in a bare Debian image with python3 and 
                              [--error-rate 0.0] [--seed 0] [--model-name llm]
                              [--accept-length 3.5] [--server-arg KEY=VALUE ...]
                              [--token-delay-ms 0] [--fail-at-start] [--log-requests]
+                             [--request-log FILE] [--accept-drift 0.0] [--hang-after N]
+                             [--error-status CODE --error-every K]
 
   --port 0            pick a free port; the first stdout line is always
                       "kdakit-fake-openai listening on http://HOST:PORT"
@@ -18,13 +20,25 @@ Python 3 standard library only (it runs in a bare Debian image with python3 and 
   --seed S            picks the phase above and each answer's format (see FORMATS): "#### 1,234",
                       "The answer is $1234.", "#### $1234", reasoning text ending in the bare number,
                       "<think>...#### wrong...</think>\n#### N" (thinking left in the content).
-  --accept-length X   reported as /server_info internal_states[0].avg_spec_accept_length (EAGLE).
+  --accept-length X   each generation request's EAGLE accept length (meta_info.spec_accept_length);
+                      /server_info internal_states[0].avg_spec_accept_length is their mean since the last
+                      POST /flush_cache (as SGLang's scheduler resets its counters there), or since start.
+  --accept-drift D    request n (1-based, every generation endpoint) gets accept length X + D*n, so the
+                      mean since a flush differs from the lifetime mean (/fake/stats has both).
+  --request-log FILE  one JSON line per generation request and per flush: endpoint, sampling fields
+                      (model, temperature, top_p, max_tokens, reasoning_effort, stream), the GSM8K rows of
+                      the prompt's last question and of its earlier "Question:" blocks (the shots), how many
+                      requests were in flight, its accept length; {"event": "flush"} lines for flushes.
+  --hang-after N      generation requests after the N-th are accepted and never answered (a wedged server
+                      whose GET endpoints still answer).
+  --error-status CODE with --error-every K: every K-th generation request gets HTTP CODE and a JSON error.
   --server-arg K=V    extra server args reported by /server_info (repeatable; V parsed as JSON if it can be).
   --token-delay-ms MS sleep between streamed tokens (0: as fast as possible).
   --fail-at-start     print an error and exit 3 at once (fault tests: a server container that dies).
 
 Endpoints: GET /health, /health_generate, /v1/models, /server_info (alias /get_server_info),
-/fake/stats (request counts); POST /v1/chat/completions, /v1/completions (both streaming or not,
+/fake/stats (request counts, flushes, most requests in flight, accept-length means); POST /flush_cache,
+POST /v1/chat/completions, /v1/completions (both streaming or not,
 "stream_options": {"include_usage": true} honoured) and SGLang's native /generate (text or input_ids,
 streaming with cumulative text and meta_info.completion_tokens). Generated "tokens" are whitespace-separated
 words; max_tokens / max_completion_tokens / max_new_tokens cap the answer; filler output (benchmark prompts)
@@ -118,6 +132,14 @@ class Gsm8kOracle:
                 best, best_pos = i, pos
         return best
 
+    def rows(self, prompt: str) -> list[int | None]:
+        """The test row of every "Question:" block in the prompt, in order (None: not a test question)."""
+        found = []
+        for block in prompt.split("Question:")[1:]:
+            question = re.split(r"\n\s*Answer:", block, maxsplit=1)[0]
+            found.append(self.index.get(_normalize(question)))
+        return found
+
     def answer(self, prompt: str) -> str | None:
         i = self.find(prompt)
         if i is None:
@@ -135,6 +157,13 @@ class FakeState:
         self.oracle = Gsm8kOracle(data, args.error_rate, args.seed)
         self.lock = threading.Lock()
         self.stats: dict[str, int] = {}
+        self.generation_requests = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.flushes = 0
+        self.accept_all: list[float] = []
+        self.accept_since_flush: list[float] = []
+        self.stop = threading.Event()
         self.server_args = {
             "model_path": f"/models/{args.model_name}",
             "served_model_name": args.model_name,
@@ -155,6 +184,52 @@ class FakeState:
     def count(self, path: str) -> None:
         with self.lock:
             self.stats[path] = self.stats.get(path, 0) + 1
+
+    def begin(self, endpoint: str, body: dict, prompt: str) -> tuple[int, float]:
+        """Count a generation request in: (its number, its accept length); log it when asked."""
+        with self.lock:
+            self.generation_requests += 1
+            n = self.generation_requests
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            accept = self.args.accept_length + self.args.accept_drift * n
+            self.accept_all.append(accept)
+            self.accept_since_flush.append(accept)
+            in_flight = self.in_flight
+        if self.args.request_log:
+            params = body.get("sampling_params") or body
+            rows = self.oracle.rows(prompt)
+            entry = {
+                "n": n, "endpoint": endpoint, "model": body.get("model"),
+                "temperature": params.get("temperature"), "top_p": params.get("top_p"),
+                "max_tokens": _max_tokens(params, "max_completion_tokens", "max_tokens", "max_new_tokens"),
+                "reasoning_effort": body.get("reasoning_effort"), "stream": bool(body.get("stream")),
+                "messages": [m.get("role") for m in body.get("messages", [])],
+                "question_row": rows[-1] if rows else None, "shot_rows": rows[:-1],
+                "in_flight": in_flight, "accept_length": accept,
+            }  # fmt: skip
+            self.log(entry)
+        return n, accept
+
+    def end(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+    def log(self, entry: dict) -> None:
+        with self.lock, open(self.args.request_log, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def flush(self) -> None:
+        with self.lock:
+            self.flushes += 1
+            self.accept_since_flush = []
+        if self.args.request_log:
+            self.log({"event": "flush"})
+
+    def avg_accept(self) -> float:
+        with self.lock:
+            window = self.accept_since_flush
+            return sum(window) / len(window) if window else self.args.accept_length
 
     def completion_words(self, prompt: str, max_tokens: int | None) -> tuple[list[str], str]:
         """(words to emit, finish_reason)."""
@@ -250,11 +325,16 @@ class Handler(BaseHTTPRequestHandler):
         elif path in ("/server_info", "/get_server_info"):
             info = dict(self.state.server_args)
             info["version"] = "fake"
-            info["internal_states"] = [{"avg_spec_accept_length": self.state.args.accept_length}]
+            info["internal_states"] = [{"avg_spec_accept_length": self.state.avg_accept()}]
             self._json(200, info)
         elif path == "/fake/stats":
-            with self.state.lock:
-                self._json(200, dict(self.state.stats))
+            st = self.state
+            with st.lock:
+                stats = dict(st.stats, flushes=st.flushes, max_in_flight=st.max_in_flight)
+                stats["generation_requests"] = st.generation_requests
+                lifetime = sum(st.accept_all) / len(st.accept_all) if st.accept_all else None
+                stats["accept_lifetime_mean"] = lifetime
+            self._json(200, stats)
         else:
             self._json(404, {"error": {"message": f"no route {path}"}})
 
@@ -266,17 +346,38 @@ class Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError:
             self._json(400, {"error": {"message": "body is not JSON"}})
             return
-        if path == "/v1/chat/completions":
-            self._openai(body, chat=True)
-        elif path == "/v1/completions":
-            self._openai(body, chat=False)
-        elif path == "/generate":
-            self._generate(body)
+        if path == "/flush_cache":
+            self.state.flush()
+            self._json(200, {"success": True, "message": "Cache flushed."})
+        elif path in ("/v1/chat/completions", "/v1/completions", "/generate"):
+            self._generation(path, body)
         else:
             self._json(404, {"error": {"message": f"no route {path}"}})
 
-    def _openai(self, body: dict, chat: bool) -> None:
-        prompt = _chat_text(body.get("messages", [])) if chat else _prompt_text(body.get("prompt", ""))
+    def _generation(self, path: str, body: dict) -> None:
+        chat = path == "/v1/chat/completions"
+        if path == "/generate":
+            raw = body.get("text") if body.get("text") is not None else body.get("input_ids", "")
+            prompt = _prompt_text(raw)
+        else:
+            prompt = _chat_text(body.get("messages", [])) if chat else _prompt_text(body.get("prompt", ""))
+        n, accept = self.state.begin(path, body, prompt)
+        try:
+            args = self.state.args
+            if args.hang_after is not None and n > args.hang_after:
+                self.state.stop.wait()  # accepted, never answered
+                return
+            if args.error_status and args.error_every and n % args.error_every == 0:
+                self._json(args.error_status, {"error": {"message": f"fake error on request {n}"}})
+                return
+            if path == "/generate":
+                self._generate(body, accept)
+            else:
+                self._openai(body, chat, prompt)
+        finally:
+            self.state.end()
+
+    def _openai(self, body: dict, chat: bool, prompt: str) -> None:
         limit = _max_tokens(body, "max_completion_tokens", "max_tokens")
         words, finish = self.state.completion_words(prompt, limit)
         prompt_tokens = len(prompt.split())
@@ -310,7 +411,7 @@ class Handler(BaseHTTPRequestHandler):
             self._event({"id": rid, "object": kind, "model": model, "choices": [], "usage": usage})
         self._event("[DONE]")
 
-    def _generate(self, body: dict) -> None:
+    def _generate(self, body: dict, accept: float) -> None:
         prompt = body.get("text") if body.get("text") is not None else body.get("input_ids", "")
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
             self._json(400, {"error": {"message": "batched /generate is not supported by the fake"}})
@@ -323,7 +424,7 @@ class Handler(BaseHTTPRequestHandler):
 
         def meta(done: int, final: bool) -> dict:
             info = {"id": rid, "prompt_tokens": prompt_tokens, "completion_tokens": done, "cached_tokens": 0}
-            info["spec_accept_length"] = self.state.args.accept_length
+            info["spec_accept_length"] = accept
             info["finish_reason"] = {"type": finish} if final else None
             return info
 
@@ -350,6 +451,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--token-delay-ms", type=float, default=0.0)
     p.add_argument("--fail-at-start", action="store_true")
     p.add_argument("--log-requests", action="store_true")
+    p.add_argument("--request-log", default=None)
+    p.add_argument("--accept-drift", type=float, default=0.0)
+    p.add_argument("--hang-after", type=int, default=None)
+    p.add_argument("--error-status", type=int, default=None)
+    p.add_argument("--error-every", type=int, default=None)
     args = p.parse_args(argv)
     if not 0.0 <= args.error_rate <= 1.0:
         p.error("--error-rate must be within [0, 1]")
@@ -375,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        Handler.state.stop.set()
         server.server_close()
     return 0
 
