@@ -19,7 +19,7 @@ COMMAND_MODULES = {
     "eval": "kdakit.evals.gsm8k",
     "bench": "kdakit.bench.serving",
     "report": "kdakit.report",
-    "kernels": "kdakit.kernels.cli",
+    "kernels": "kdakit.kernels.tools.cli",
     "selftest": "kdakit.selftest",
 }
 
@@ -34,8 +34,15 @@ def _unavailable(command: str, error: ImportError):
     return explain
 
 
+DESCRIPTION = (
+    "kdakit: validate and deploy SGLang with kdakit's Helion KDA kernels. Plan and serve an arm, run the "
+    "accuracy and serving benchmarks against it, time and tune the kernels, and build the report. "
+    "`kdakit COMMAND --help` describes each command."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kdakit", description=__doc__)
+    parser = argparse.ArgumentParser(prog="kdakit", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command, module in COMMAND_MODULES.items():
         try:
@@ -46,7 +53,20 @@ def build_parser() -> argparse.ArgumentParser:
             p = sub.add_parser(command, help=f"(unavailable here: {exc})")
             p.add_argument("rest", nargs=argparse.REMAINDER)
             p.set_defaults(func=_unavailable(command, exc))
+    _describe(sub)
     return parser
+
+
+def _describe(sub: argparse._SubParsersAction) -> None:
+    """A (sub)command without its own description shows its one-line help at the top of its --help."""
+    helps = {action.dest: action.help for action in sub._choices_actions}
+    for name, parser in sub.choices.items():
+        if parser.description is None and helps.get(name):
+            text = helps[name]
+            parser.description = text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _describe(action)
 
 
 def _join_set_values(argv: list[str]) -> list[str]:

@@ -45,7 +45,7 @@ def _verdict(errors: dict[str, float], tolerances: dict[str, float]) -> tuple[st
 
 
 def decode_parity(helion, triton_packed, device: str = "cuda") -> tuple[str, str]:
-    from kdakit.kernels.testing import decode_case, max_abs
+    from kdakit.kernels.tools.testing import decode_case, max_abs
 
     case = decode_case(B=6, H=2, HV=4, K=128, V=128, slots=16, device=device, seed=1)
     scale = 128**-0.5
@@ -62,7 +62,7 @@ def decode_parity(helion, triton_packed, device: str = "cuda") -> tuple[str, str
 
 
 def verify_parity(helion, triton_recurrent, device: str = "cuda") -> tuple[str, str]:
-    from kdakit.kernels.testing import max_abs, verify_case
+    from kdakit.kernels.tools.testing import max_abs, verify_case
 
     case = verify_case(
         [4, 6],
@@ -100,7 +100,7 @@ def verify_parity(helion, triton_recurrent, device: str = "cuda") -> tuple[str, 
 
 
 def prefill_parity(helion, triton_chunk, device: str = "cuda") -> tuple[str, str]:
-    from kdakit.kernels.testing import max_abs
+    from kdakit.kernels.tools.testing import max_abs
 
     gen = torch.Generator().manual_seed(3)
     T, H, K, V, slots = 100, 4, 128, 128, 6
@@ -143,7 +143,7 @@ def prefill_parity(helion, triton_chunk, device: str = "cuda") -> tuple[str, str
 
 def parity(arm: str) -> list[tuple[str, str]]:
     """(status, detail) for decode, verify, prefill, in that order."""
-    from kdakit.kernels import upstream as upstream_kernels
+    from kdakit.kernels.tools import upstream as upstream_kernels
 
     try:
         upstream = upstream_kernels.load()

@@ -1,16 +1,21 @@
-# Kernel targets (included by the root Makefile).
+# Kernel targets (included by the root Makefile). A variable left empty is not passed: the command's own
+# default applies, and those come from kernels/shapes.toml (`kdakit kernels bench --help` shows them).
 
 KERNELS_RESULTS ?= results
 KERNELS_RUN_ID ?=
-KERNELS_PHASES ?= prefill,decode,verify
-KERNELS_UPSTREAM ?= auto
-KERNELS_CONFIGS ?= shipped
+KERNELS_PHASES ?=
+KERNELS_UPSTREAM ?=
+KERNELS_CONFIGS ?=
 
-.PHONY: kernels-bench kernels-fetch-upstream kernels-patch-check
+.PHONY: kernels-bench kernels-bench-table kernels-fetch-upstream kernels-patch-check
 
-kernels-bench: ## Time SGLang's Triton/Helion KDA kernels vs kdakit's on one GPU; prints the PR's table, writes JSON. Vars: KERNELS_PHASES=prefill,decode,verify KERNELS_RESULTS=results KERNELS_RUN_ID= KERNELS_UPSTREAM=auto|installed|extracted KERNELS_CONFIGS=shipped|default
-	$(KDAKIT) kernels bench --phases $(KERNELS_PHASES) --results-dir $(KERNELS_RESULTS) \
-	  --upstream $(KERNELS_UPSTREAM) --configs $(KERNELS_CONFIGS) $(if $(KERNELS_RUN_ID),--run-id $(KERNELS_RUN_ID))
+kernels-bench: ## Time SGLang's Triton/Helion KDA kernels vs kdakit's on one GPU; prints the PR's table, writes JSON. Vars: KERNELS_RESULTS=results KERNELS_PHASES= KERNELS_RUN_ID= KERNELS_UPSTREAM=auto|installed|extracted KERNELS_CONFIGS=shipped|default|both
+	$(KDAKIT) kernels bench --results-dir $(KERNELS_RESULTS) $(if $(KERNELS_PHASES),--phases $(KERNELS_PHASES)) \
+	  $(if $(KERNELS_UPSTREAM),--upstream $(KERNELS_UPSTREAM)) $(if $(KERNELS_CONFIGS),--configs $(KERNELS_CONFIGS)) \
+	  $(if $(KERNELS_RUN_ID),--run-id $(KERNELS_RUN_ID))
+
+kernels-bench-table: ## Regenerate kernels/BENCH.md's current table from the newest record in measurements/kernels-bench/
+	$(KDAKIT) kernels bench-table --write
 
 kernels-fetch-upstream: ## Extract SGLang's KDA kernel modules from the pinned wheel (pip download if missing) into ~/.cache/kdakit
 	$(KDAKIT) kernels fetch-upstream
@@ -18,13 +23,14 @@ kernels-fetch-upstream: ## Extract SGLang's KDA kernel modules from the pinned w
 kernels-patch-check: ## Check that kdakit's SGLang patch applies to the installed sglang (or already is)
 	$(KDAKIT) kernels patch --check
 
-AUTOTUNE_KERNELS ?= decode,verify,prefill
-AUTOTUNE_HEADS ?= 16,8
-AUTOTUNE_BATCHES ?= 1,2,4,8,16,24,32,40,48
-AUTOTUNE_TOKENS ?= 4096,8192
-AUTOTUNE_BUDGET ?= 60
+AUTOTUNE_KERNELS ?=
+AUTOTUNE_HEADS ?=
+AUTOTUNE_BATCHES ?=
+AUTOTUNE_TOKENS ?=
+AUTOTUNE_BUDGET ?=
 
 .PHONY: autotune
-autotune: ## Tune kdakit's Helion KDA kernels on this GPU (run inside the image) and write kernels/configs/$(SKU)/. Vars: SKU=h200 AUTOTUNE_KERNELS=decode,verify,prefill AUTOTUNE_HEADS=16,8 AUTOTUNE_BATCHES=1,...,48 AUTOTUNE_TOKENS=4096,8192 (prefill) AUTOTUNE_BUDGET=60 (s per bucket)
-	$(KDAKIT) kernels autotune --sku $(SKU) --kernels $(AUTOTUNE_KERNELS) --heads $(AUTOTUNE_HEADS) \
-	  --batches $(AUTOTUNE_BATCHES) --tokens $(AUTOTUNE_TOKENS) --budget-seconds $(AUTOTUNE_BUDGET)
+autotune: ## Tune kdakit's Helion KDA kernels on this GPU (run inside the image) and write kernels/configs/$(SKU)/. Vars: SKU=h200 AUTOTUNE_KERNELS= AUTOTUNE_HEADS= AUTOTUNE_BATCHES= AUTOTUNE_TOKENS= (prefill) AUTOTUNE_BUDGET= (s per bucket); empty: `kdakit kernels autotune --help`'s defaults
+	$(KDAKIT) kernels autotune --sku $(SKU) $(if $(AUTOTUNE_KERNELS),--kernels $(AUTOTUNE_KERNELS)) \
+	  $(if $(AUTOTUNE_HEADS),--heads $(AUTOTUNE_HEADS)) $(if $(AUTOTUNE_BATCHES),--batches $(AUTOTUNE_BATCHES)) \
+	  $(if $(AUTOTUNE_TOKENS),--tokens $(AUTOTUNE_TOKENS)) $(if $(AUTOTUNE_BUDGET),--budget-seconds $(AUTOTUNE_BUDGET))

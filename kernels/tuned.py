@@ -7,7 +7,7 @@ GPU name and the shape bucket, and how it was tuned (budget, effort, measured pe
 
 Shape buckets: (query heads, value heads, K, V, state dtype, batch bucket). Batches are bucketed to the CUDA
 graph batch sizes SGLang pads decode/verify to: a batch B uses the bucket of the smallest size in
-BATCH_BUCKETS that is >= B (B = 3 -> 4, B = 20 -> 24); batches above 48 use the 48 bucket.
+BATCH_BUCKETS that is >= B (B = 3 -> 4, B = 20 -> 24); larger batches use the largest bucket.
 
 Selection, once per (kernel, bucket) and cached, so a call costs one dict lookup:
 1. a config set explicitly (`set_decode_config` / `set_verify_config`) wins;
@@ -61,9 +61,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kdakit.kernels import shapes
+
 SCHEMA = "kdakit.kernel-config.v1"
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48)
+BATCH_BUCKETS = tuple(shapes.get("buckets", "batch"))
 ENV_SKU = "KDAKIT_KERNEL_SKU"
 ENV_DIR = "KDAKIT_KERNEL_CONFIG_DIR"
 ENV_MODE = "KDAKIT_KERNEL_CONFIGS"
@@ -98,10 +100,9 @@ KERNEL_FUNCTIONS.update(
     {name: f"kdakit.kernels.prefill:{_PREFILL_FUNCTIONS[short]}" for name, short in PREFILL_KERNELS.items()}
 )
 # Prefill's total tokens (B x T) bucket: the grids of all six kernels scale with the chunk count, so the token
-# count is what moves their best config. 4096 and 8192 are the bench's shapes (1x4096; 1x8192 and 2x4096),
-# 16384 stands for SGLang's larger chunked-prefill sizes; a prefill uses the smallest bucket >= its tokens,
-# anything above 16384 the 16384 one.
-PREFILL_TOKEN_BUCKETS = (4096, 8192, 16384)
+# count is what moves their best config. A prefill uses the smallest bucket >= its tokens, anything above the
+# largest bucket that one.
+PREFILL_TOKEN_BUCKETS = tuple(shapes.get("buckets", "prefill_tokens"))
 # The leading size a kernel is bucketed by (decode/verify: requests at SGLang's CUDA graph batch sizes;
 # prefill: total tokens).
 SIZE_BUCKETS: dict[str, tuple[int, ...]] = {name: PREFILL_TOKEN_BUCKETS for name in PREFILL_KERNELS}

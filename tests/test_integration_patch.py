@@ -13,7 +13,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from kdakit.kernels import integration, upstream
+from kdakit.kernels import integration
+from kdakit.kernels.tools import upstream
 
 ADAPTER_STANDINS = {
     "sglang/srt/layers/__init__.py": "",

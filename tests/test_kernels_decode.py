@@ -12,7 +12,7 @@ from kdakit.kernels.decode import (
     make_decode_kernel,
 )
 from kdakit.kernels.reference import packed_decode_reference
-from kdakit.kernels.testing import decode_case, interpreter, max_abs
+from kdakit.kernels.tools.testing import decode_case, interpreter, max_abs
 
 
 @pytest.fixture(scope="module", autouse=True)

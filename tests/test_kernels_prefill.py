@@ -12,7 +12,7 @@ import pytest
 import torch
 from kdakit.kernels import prefill
 from kdakit.kernels import reference as R
-from kdakit.kernels.testing import interpreter
+from kdakit.kernels.tools.testing import interpreter
 
 K = V = 32
 O_TOL = 1.5e-2

@@ -2,7 +2,7 @@
 
 Run: pytest -m gpu tests/test_kernels_prefill_gpu.py
 Parity: the fp64 token-by-token reference (on the GPU, fp64) and SGLang 0.5.23's Triton `chunk_kda`
-(through kdakit.kernels.upstream; those tests skip, naming the reason, when it cannot be loaded).
+(through kdakit.kernels.tools.upstream; those tests skip, naming the reason, when it cannot be loaded).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def triton_chunk_kda():
     global _TRITON
     if _TRITON is None:
         try:
-            from kdakit.kernels import upstream
+            from kdakit.kernels.tools import upstream
 
             root = Path(os.environ.get("KDAKIT_UPSTREAM_DIR", ".carry/sglang-0.5.23"))
             _TRITON = upstream.load("extracted", root if root.is_dir() else None).triton_chunk_kda

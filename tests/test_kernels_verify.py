@@ -8,7 +8,7 @@ import pytest
 import torch
 from kdakit.kernels import verify as kv
 from kdakit.kernels.reference import verify_reference
-from kdakit.kernels.testing import interpreter, verify_case
+from kdakit.kernels.tools.testing import interpreter, verify_case
 
 K = V = 32
 

@@ -154,8 +154,8 @@ def test_gpu_parity_harness_on_the_cpu_interpreter():
     prefill kernels do not run in the interpreter; verify does): kdakit's verify agrees with SGLang's Triton
     verify, and a kernel that is off by a little is reported as FAIL."""
     pytest.importorskip("helion")
-    from kdakit.kernels import testing
-    from kdakit.kernels import upstream as upstream_kernels
+    from kdakit.kernels.tools import testing
+    from kdakit.kernels.tools import upstream as upstream_kernels
 
     from kdakit import selftest_gpu
 

@@ -1,6 +1,6 @@
 """kdakit's Helion decode and verify on a real GPU at real shapes (run with `pytest -m gpu`).
 
-Parity with the fp64 reference and with SGLang 0.5.23's Triton kernels (through `kdakit.kernels.upstream`),
+Parity with the fp64 reference and with SGLang 0.5.23's Triton kernels (`kdakit.kernels.tools.upstream`),
 CUDA Graph capture and replay, batch 1 compiled first, and the two-round verify case: verify, commit a
 partially accepted prefix, change inputs and slot indices, verify again by replaying the same CUDA graph.
 """
@@ -21,7 +21,7 @@ STEPS = 6
 def up():
     if not torch.cuda.is_available():
         pytest.fail("the gpu tests need a CUDA device")
-    from kdakit.kernels import upstream
+    from kdakit.kernels.tools import upstream
 
     return upstream.load()
 
@@ -85,7 +85,7 @@ def _triton_decode(up, case, lower_bound=-5.0):
     ],
 )
 def test_decode_matches_reference(state_dtype, lower_bound, heads):
-    from kdakit.kernels.testing import decode_case
+    from kdakit.kernels.tools.testing import decode_case
 
     case = decode_case(6, heads, HV, K, V, 16, indices=[3, -1, 9, 0, 15, 7], state_dtype=state_dtype,
                        device="cuda", seed=11)  # fmt: skip
@@ -101,7 +101,7 @@ def test_decode_matches_reference(state_dtype, lower_bound, heads):
 
 
 def test_decode_matches_triton_at_b48(up):
-    from kdakit.kernels.testing import decode_case
+    from kdakit.kernels.tools.testing import decode_case
 
     case = decode_case(48, H, HV, K, V, 128, device="cuda", seed=12)
     case["ssm_state_indices"][5] = -1
@@ -115,7 +115,7 @@ def test_decode_matches_triton_at_b48(up):
 
 def test_decode_batch_one_first_then_larger_batches():
     from kdakit.kernels import decode as kd
-    from kdakit.kernels.testing import decode_case
+    from kdakit.kernels.tools.testing import decode_case
 
     for cfg in kd.DECODE_CONFIGS.values():
         kd.make_decode_kernel(cfg).reset()
@@ -128,7 +128,7 @@ def test_decode_batch_one_first_then_larger_batches():
 
 
 def test_decode_cuda_graph_replay_with_new_inputs():
-    from kdakit.kernels.testing import decode_case
+    from kdakit.kernels.tools.testing import decode_case
 
     static = decode_case(16, H, HV, K, V, 64, device="cuda", seed=30)
     _decode(static)  # compile outside the capture
@@ -189,7 +189,7 @@ TREE = [0, 0, 0, 1, 1, 2]  # step -> parent step: a small draft tree
 
 @pytest.mark.parametrize("tree,lower_bound", [(False, -5.0), (False, None), (True, -5.0), (True, None)])
 def test_verify_matches_reference(tree, lower_bound):
-    from kdakit.kernels.testing import verify_case
+    from kdakit.kernels.tools.testing import verify_case
 
     lengths = [STEPS, STEPS, STEPS, STEPS]
     case = verify_case(
@@ -211,7 +211,7 @@ def test_verify_matches_reference(tree, lower_bound):
 
 @pytest.mark.parametrize("tree", [False, True])
 def test_verify_matches_triton(up, tree):
-    from kdakit.kernels.testing import verify_case
+    from kdakit.kernels.tools.testing import verify_case
 
     N = 16
     case = verify_case(
@@ -227,7 +227,7 @@ def test_verify_matches_triton(up, tree):
 
 def test_verify_single_request_first_then_larger():
     from kdakit.kernels import verify as kv
-    from kdakit.kernels.testing import verify_case
+    from kdakit.kernels.tools.testing import verify_case
 
     for cfg in kv.VERIFY_CONFIGS.values():
         kv.make_verify_kernel(cfg).reset()
@@ -246,7 +246,7 @@ def test_verify_single_request_first_then_larger():
 def test_two_round_verify_under_one_cuda_graph(up, tree):
     """Verify, commit a partially accepted prefix, change inputs and slots, replay: outputs and snapshots
     match Triton run eagerly on the same inputs both rounds."""
-    from kdakit.kernels.testing import verify_case
+    from kdakit.kernels.tools.testing import verify_case
 
     N, slots, rows = 8, 32, 8
     parents = [TREE] * N if tree else None

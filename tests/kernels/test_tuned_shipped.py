@@ -14,7 +14,7 @@ from kdakit.kernels import tuned
 
 from kdakit import pins
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(tuned.CONFIG_DIR.glob("*/*.json"))
 
 

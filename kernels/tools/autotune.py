@@ -1,8 +1,8 @@
 """`kdakit kernels autotune`: tune kdakit's Helion KDA kernels ahead of time on one GPU and write the configs.
 
-For each kernel and shape bucket (SGLang's shapes on the SKU: 16 local heads at TP4 and 8 at TP8, K = V = 128,
-fp32 state, bounded gate -5, q/k L2 norm; decode and verify at the CUDA graph batch buckets up to 48, verify
-with 6 draft tokens):
+For each kernel and shape bucket (SGLang's shapes on the SKU, from kernels/shapes.toml: the local head counts
+of the TP degrees, K = V, fp32 state, the bounded gate, q/k L2 norm; decode and verify at the CUDA graph batch
+buckets, verify with the draft tokens):
 1. Helion's autotuner searches configs (`bound.autotune(args, force=True)`) within `--budget-seconds`, timing
    candidates under CUDA graph replay (HELION_BENCHMARK_CUDAGRAPH=1). The search is seeded with the kernel
    module's default config and its seed configs (`DECODE_SEEDS` / `VERIFY_SEEDS`, `autotune_seed_configs`;
@@ -14,22 +14,22 @@ with 6 draft tokens):
    of just the bucket's requests (Helion clones the mutated pool per candidate; its timing reuses one slot
    set, so it is L2-hot anyway);
 2. the search's best config, the module default and the seed configs are then checked against the default
-   (outputs and state/snapshots) and timed the way `kdakit kernels bench` does: per-call median inside a
-   CUDA graph of back-to-back calls whose slots rotate over a pool larger than L2, each call with its own
-   copy of the activations (cold in L2, as in a server; Helion's search times them hot, and the two rankings
-   differ), every per-call input built before the capture;
+   (outputs and state/snapshots) and timed by `kdakit kernels bench`'s timer (kernels/tools/timing.py):
+   per-call median inside a CUDA graph of back-to-back calls whose slots rotate over a pool larger than L2,
+   each call with its own copy of the activations (cold in L2, as in a server; Helion's search times them
+   hot, and the two rankings differ), every per-call input built before the capture;
 3. the fastest is written to `<out>/<sku>/<kernel>-<bucket>.json` (atomically), with every candidate's time.
    A bucket where the default wins still gets its file: it records that the default was measured best.
    When the search finds nothing (or its best disagrees with the default's outputs), the default alone is
    timed and written with chosen "default" and the failure in `tuning.search_error`, so the bucket is not
    lost and the table says what happened.
 Prefill (`--kernels prefill`, or one of prefill-gate, -intra, -solve, -recompute-wk, -recompute-u, -state):
-each of the six kernels is tuned on its own, per total-tokens bucket (`--tokens`, default 4096,8192: the
-bench's shapes) and head count. Its real inputs come from running `prefill.chunk_kda` on PR-like inputs
-(H = HV, K = V = 128, bf16, bounded gate -5 from raw g with A_log/dt_bias, raw beta, q/k L2 norm, varlen
+each of the six kernels is tuned on its own, per total-tokens bucket (`--tokens`, default: the bench's
+shapes) and head count. Its real inputs come from running `prefill.chunk_kda` on PR-like inputs
+(H = HV, K = V, bf16, the bounded gate from raw g with A_log/dt_bias, raw beta, q/k L2 norm, varlen
 cu_seqlens, one sequence of the bucket's tokens) and recording the arguments of that kernel's launch (the
 earlier stages run for real). Check: the kernel's outputs under both configs from the same inputs. Timing
-(`prefill_per_call_us`, the method of kernels/prefill_timing.py): per-call median of a CUDA graph of
+(`prefill_per_call_us`, the same timer): per-call median of a CUDA graph of
 back-to-back calls; where the kernel overwrites an input (recompute-u and the state pass write over v's
 storage) every call is preceded by an in-graph restore of it and the restore's own graph time is subtracted.
 Run it inside the kdakit image on the target GPU (see tuned.py for the version policy at run time).
@@ -40,9 +40,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import math
 import os
 import re
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,7 +50,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kdakit.kernels import tuned
+from kdakit.kernels import shapes, tuned
+from kdakit.kernels.tools import timing
 from kdakit.kernels.tuned import (
     BATCH_BUCKETS,
     KERNEL_GROUPS,
@@ -62,15 +63,12 @@ from kdakit.kernels.tuned import (
 
 from kdakit.errors import UsageError
 
-DEFAULT_HEADS = (16, 8)  # local heads of GLM-5.3 / Kimi-Linear KDA layers at TP4 and TP8
-HEAD_DIM = 128
-DRAFT_TOKENS = 6
-LOWER_BOUND = -5.0
-POOL_SLOTS = 512  # 512 fp32 states of 16x128x128 = 512 MiB: larger than any L2
+HEAD_DIM = shapes.get("model", "head_dim")
+DRAFT_TOKENS = shapes.get("model", "draft_tokens")
+LOWER_BOUND = shapes.get("model", "lower_bound")
+POOL_SLOTS = shapes.get("autotune", "pool_slots")
 SNAPSHOT_ROWS = 2 * max(BATCH_BUCKETS)
-DEFAULT_BUDGET_S = 60
-DEFAULT_EFFORT = "quick"
-DEFAULT_TOKENS = (4096, 8192)  # the bench's prefill shapes: 1x4096; 1x8192 and 2x4096
+DEFAULT_TOKENS = tuple(shapes.get("autotune", "tokens"))
 PREFILL_SLOTS = 8
 PREFILL_METHOD = (
     "helion autotune seeded with the module default, on the kernel's arguments recorded from a chunk_kda "
@@ -188,7 +186,7 @@ def decode_problem(bucket: Bucket, device, pool_slots: int = POOL_SLOTS):
     slots) for decode."""
     import torch
     from kdakit.kernels import decode as kd
-    from kdakit.kernels.testing import decode_case
+    from kdakit.kernels.tools.testing import decode_case
 
     B, H, HV, K, V = bucket.batch, bucket.heads, bucket.value_heads, bucket.k, bucket.v
     case = decode_case(B, H, HV, K, V, pool_slots, indices=list(range(B)), device=device)
@@ -228,7 +226,7 @@ def verify_problem(bucket: Bucket, mode: str, device, pool_slots: int = POOL_SLO
     """The same as `decode_problem` for verify ("chain" or "tree"); the snapshot buffer is what it mutates."""
     import torch
     from kdakit.kernels import verify as kv
-    from kdakit.kernels.testing import verify_case
+    from kdakit.kernels.tools.testing import verify_case
 
     N, H, HV, K, V = bucket.batch, bucket.heads, bucket.value_heads, bucket.k, bucket.v
     steps = steps or DRAFT_TOKENS
@@ -359,12 +357,12 @@ def prefill_problem(job: Job, device, time_us) -> Problem:
     import helion
     import torch
     from kdakit.kernels import prefill
-    from kdakit.kernels.prefill_timing import call, make_inputs
+    from kdakit.kernels.tools.testing import prefill_call, prefill_case
 
     short = PREFILL_KERNELS[job.kernel]
     b = job.bucket
     lens = prefill_lengths(b)
-    x = make_inputs(
+    x = prefill_case(
         lens, H=b.heads, K=b.k, V=b.v, slots=PREFILL_SLOTS, device=device, lower_bound=LOWER_BOUND
     )
     x["pool"] = x["pool"].to(
@@ -372,7 +370,7 @@ def prefill_problem(job: Job, device, time_us) -> Problem:
     )
     launches: dict = {}
     with recorded_prefill_launches(short, launches), tuned.configs_mode("default"):
-        call(prefill.chunk_kda, x, x["v"].clone(), x["pool"].clone())
+        prefill_call(prefill.chunk_kda, x, x["v"].clone(), x["pool"].clone())
     args = launches[short]
     by_name = dict(zip(inspect.signature(prefill._FNS[short]).parameters, args, strict=True))
     outputs = [by_name[n] for n in PREFILL_OUTPUTS[short]]
@@ -440,39 +438,31 @@ def searchable_seeds(fn, args: tuple, seeds, settings=None) -> list:
     return kept
 
 
-def rotating_slot_sets(batch: int, pool_slots: int, device) -> list:
-    """Slot sets for a graph of back-to-back calls that together touch >= 128 MiB-equivalent slots."""
+def rotating_slot_sets(batch: int, pool_slots: int, device, state_bytes: int | None = None) -> list:
+    """Slot sets for a graph of back-to-back calls, disjoint from one call to the next, that together touch
+    >= L2_COLD_BYTES of state (the bench's rotation; `state_bytes` per request, default 1 MiB)."""
     import torch
 
-    calls = max(16, math.ceil(128 / batch))
-    perm = torch.randperm(pool_slots, generator=torch.Generator().manual_seed(0))
+    calls = timing.calls_per_graph(batch, state_bytes or timing.MIB, minimum=16)
     return [
-        perm[[(i * batch + j) % pool_slots for j in range(batch)]].to(torch.int32).to(device)
-        for i in range(calls)
+        torch.tensor(s, dtype=torch.int32, device=device)
+        for s in timing.slot_sets(pool_slots, batch, calls, seed=0)
     ]
 
 
 def graph_per_call_us(run: Callable[[object], None], slot_sets: list) -> float:
     """Per-call median (us) of a CUDA graph of back-to-back calls over rotating slot sets (GPU only)."""
-    from kdakit.kernels.tune import graph_time_us
-
-    per_call, _single = graph_time_us([lambda s=s: run(s) for s in slot_sets])
-    return per_call
+    timer = timing.GraphTimer(timing.REPLAYS, timing.SINGLE_REPLAYS)
+    return statistics.median(timer.per_call([lambda s=s: run(s) for s in slot_sets]))
 
 
 def prefill_per_call_us(run: Callable[[], None], restore: Callable[[], None] | None) -> float:
     """Per-call median (us) of a CUDA graph of back-to-back calls (GPU only); with `restore`, each call is
-    preceded by it in the graph and a graph of the restores alone is subtracted (prefill_timing's method)."""
-    from kdakit.kernels.prefill_timing import graph_time_us
-
+    preceded by it in the graph and the restore's own per-call median is subtracted."""
+    timer = timing.GraphTimer(timing.REPLAYS, timing.SINGLE_REPLAYS)
     if restore is None:
-        return graph_time_us(run)
-
-    def both() -> None:
-        restore()
-        run()
-
-    return graph_time_us(both) - graph_time_us(restore)
+        return statistics.median(timer.per_call([run] * timing.PREFILL_CALLS))
+    return timing.restored_per_call_us(timer, run, restore, timing.PREFILL_CALLS)
 
 
 def _close(got, want, tol: float) -> bool:

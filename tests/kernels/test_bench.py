@@ -8,7 +8,7 @@ import json
 import sys
 
 import pytest
-from kdakit.kernels import bench, upstream
+from kdakit.kernels.tools import bench, upstream
 
 from kdakit.cli import main
 

@@ -16,7 +16,7 @@ Usage, before any Triton or Helion import runs a kernel:
 
     import os
     os.environ["TRITON_INTERPRET"] = "1"     # must be set before triton is imported
-    from kdakit.kernels import interpret
+    from kdakit.kernels.tools import interpret
     interpret.install()
 
 `install()` is idempotent and returns True when it patched anything; `uninstall()` restores Triton (use it

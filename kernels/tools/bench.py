@@ -1,13 +1,9 @@
 """`kdakit kernels bench`: SGLang's Triton and Helion KDA kernels against kdakit's, in the PR's table format.
 
-Method (as in the H200 baseline): per-call time is the median over >= 60 replays of a CUDA graph holding
-N back-to-back calls, divided by N, after eager warm-up calls (compilation and autotuning excluded). Decode
-and verify calls rotate over disjoint slot sets of a state pool much larger than L2, so one graph cycle
-moves >= 128 MiB of state and the cache is not what is measured. Prefill overwrites `v` in place, so each
-call is preceded by an in-graph restore whose separately timed cost is subtracted. The single-call replay
-latency (one call per graph, L2 flushed before each replay) is reported beside it. Every arm's outputs and
-states are checked against SGLang's Triton kernel before timing. The HBM floor is the bytes a call must
-move divided by the device-to-device copy bandwidth measured in the same run.
+Timing is kernels/tools/timing.py's method (CUDA-graph per-call medians, L2-cold slot rotation, in-graph
+restore for prefill, single-call replays with L2 flushed, HBM floor from the measured copy bandwidth). Every
+arm's outputs and states are checked against SGLang's Triton kernel before it is timed. Shapes and defaults
+come from kernels/shapes.toml.
 
 The pure parts (byte counts, statistics, table, JSON) run anywhere; timing needs an NVIDIA GPU.
 """
@@ -26,10 +22,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kdakit.kernels import shapes
+from kdakit.kernels.tools.timing import (
+    L2_COLD_BYTES,
+    MIB,
+    PREFILL_CALLS,
+    GraphTimer,
+    calls_per_graph,
+    measure_copy_bandwidth,
+    slot_sets,
+)
+
 from kdakit.errors import UsageError
 
-MIB = 1 << 20
-L2_COLD_BYTES = 128 * MIB  # state touched per graph cycle, >= 2x the H200's 60 MB L2
 RAW_NAME = "kernels-bench.json"
 RECORD_NAME = "kernels.result.json"
 
@@ -38,20 +43,30 @@ RECORD_NAME = "kernels.result.json"
 # Configuration
 
 
+def _shape(text: str) -> tuple[int, int]:
+    batch, tokens = text.lower().split("x")
+    return int(batch), int(tokens)
+
+
+_MODEL, _BENCH = shapes.load()["model"], shapes.load()["bench"]
+
+
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
-    phases: tuple[str, ...] = ("prefill", "decode", "verify")
-    decode_batches: tuple[int, ...] = (1, 16, 48)
-    verify_batches: tuple[int, ...] = (1, 16, 48)
-    draft_tokens: int = 6
-    prefill_shapes: tuple[tuple[int, int], ...] = ((1, 4096), (1, 8192), (2, 4096))
-    heads: int = 16
-    value_heads: int = 16
-    head_dim: int = 128
-    lower_bound: float = -5.0
-    replays: int = 100
-    single_replays: int = 60
-    pool_bytes: int = 512 * MIB
+    """One bench run; the defaults are kernels/shapes.toml's."""
+
+    phases: tuple[str, ...] = tuple(_BENCH["phases"])
+    decode_batches: tuple[int, ...] = tuple(_BENCH["decode_batches"])
+    verify_batches: tuple[int, ...] = tuple(_BENCH["verify_batches"])
+    draft_tokens: int = _MODEL["draft_tokens"]
+    prefill_shapes: tuple[tuple[int, int], ...] = tuple(_shape(s) for s in _BENCH["prefill_shapes"])
+    heads: int = _MODEL["heads"]
+    value_heads: int = _MODEL["heads"]
+    head_dim: int = _MODEL["head_dim"]
+    lower_bound: float = _MODEL["lower_bound"]
+    replays: int = _BENCH["replays"]
+    single_replays: int = _BENCH["single_replays"]
+    pool_bytes: int = _BENCH["pool_mib"] * MIB
     seed: int = 0
     kdakit_configs: str = "shipped"  # "shipped", "default", or "both" (adds the helion-kdakit-default arm)
 
@@ -192,25 +207,6 @@ def summarize(samples: list[float]) -> dict[str, Any]:
         "p80": quantile(0.8),
         "min": ordered[0],
     }
-
-
-def calls_per_graph(batch: int, state_bytes_per_request: int, minimum: int = 32) -> int:
-    """Enough back-to-back calls that one graph cycle touches >= L2_COLD_BYTES of distinct state."""
-    per_call = max(batch * state_bytes_per_request, 1)
-    return max(minimum, math.ceil(L2_COLD_BYTES / per_call))
-
-
-def slot_sets(pool_slots: int, batch: int, calls: int, seed: int) -> list[list[int]]:
-    """`calls` slot lists of size `batch`; consecutive lists are disjoint and drawn from a permutation."""
-    import random
-
-    if batch > pool_slots:
-        raise UsageError(f"batch {batch} exceeds the state pool ({pool_slots} slots)")
-    rng = random.Random(seed)
-    order = list(range(pool_slots))
-    rng.shuffle(order)
-    distinct = pool_slots // batch
-    return [order[(i % distinct) * batch : (i % distinct + 1) * batch] for i in range(calls)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -384,11 +380,13 @@ def config_comparison(result: dict) -> list[str]:
     return lines
 
 
-# Issue 7's targets: decode <= 0.70x the non-packed Triton path and faster than every other SGLang path,
-# within 1.15x of the HBM floor at B = 48; verify <= 0.85x SGLang's Triton verify.
-DECODE_VS_TRITON = 0.70
-DECODE_FLOOR_RATIO = 1.15
-VERIFY_VS_TRITON = 0.85
+# Issue 7's targets (kernels/shapes.toml [targets]): decode under a fraction of the non-packed Triton path and
+# faster than every other SGLang path, near the HBM floor at one batch; verify under a fraction of Triton's.
+_TARGETS = shapes.load()["targets"]
+DECODE_VS_TRITON = _TARGETS["decode_vs_triton"]
+DECODE_FLOOR_RATIO = _TARGETS["decode_floor_ratio"]
+DECODE_FLOOR_BATCH = _TARGETS["decode_floor_batch"]
+VERIFY_VS_TRITON = _TARGETS["verify_vs_triton"]
 
 
 def targets(result: dict) -> list[tuple[str, bool]]:
@@ -413,7 +411,7 @@ def targets(result: dict) -> list[tuple[str, bool]]:
             for arm, t in others.items():
                 if t:
                     out.append((f"{label}: {ours:.2f} vs {arm} {t:.2f} µs (target: faster)", ours < t))
-            if row.get("batch") == 48 and row.get("floor_us"):
+            if row.get("batch") == DECODE_FLOOR_BATCH and row.get("floor_us"):
                 ratio = ours / row["floor_us"]
                 out.append((f"{label}: {ratio:.2f}x the HBM floor (target <= {DECODE_FLOOR_RATIO})",
                             ratio <= DECODE_FLOOR_RATIO))  # fmt: skip
@@ -503,89 +501,6 @@ def _torch():
     return torch
 
 
-def measure_copy_bandwidth(nbytes: int = 2 << 30, samples: int = 30) -> dict:
-    """Device-to-device copy, counting bytes read plus written."""
-    torch = _torch()
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    med = statistics.median(times)
-    del src, dst
-    bytes_per_s = 2 * nbytes / (med * 1e-6)
-    return {"bytes": 2 * nbytes, "samples_us": times, "median_us": med, "bytes_per_s": bytes_per_s}
-
-
-class GraphTimer:
-    """Times callables inside CUDA graphs (per-call median over replays) and as single-call replays."""
-
-    def __init__(self, replays: int, single_replays: int, flush_bytes: int = 256 * MIB):
-        torch = _torch()
-        self.replays = replays
-        self.single_replays = single_replays
-        self.flush = torch.empty(flush_bytes // 4, dtype=torch.float32, device="cuda")
-
-    def _capture(self, calls: list[Callable[[], Any]]):
-        torch = _torch()
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            calls[0]()  # one eager call on the capture stream (lazy inits stay out of the graph)
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-        with torch.cuda.graph(graph):
-            for call in calls:
-                call()
-        torch.cuda.synchronize()
-        return graph
-
-    def per_call(self, calls: list[Callable[[], Any]]) -> list[float]:
-        torch = _torch()
-        graph = self._capture(calls)
-        for _ in range(3):
-            graph.replay()
-        torch.cuda.synchronize()
-        events = [
-            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            for _ in range(self.replays)
-        ]
-        for start, end in events:
-            start.record()
-            graph.replay()
-            end.record()
-        torch.cuda.synchronize()
-        samples = [start.elapsed_time(end) * 1e3 / len(calls) for start, end in events]
-        del graph
-        return samples
-
-    def single_call(self, call: Callable[[], Any]) -> list[float]:
-        torch = _torch()
-        graph = self._capture([call])
-        graph.replay()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(self.single_replays):
-            self.flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3)
-        del graph
-        return samples
-
-
 def rel_err(x, ref) -> float:
     torch = _torch()
     x64, r64 = x.detach().double(), ref.detach().double()
@@ -619,7 +534,7 @@ def load_arms(
 ) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
     """(callables, why-missing, info). Keys: decode/verify/prefill arm ids as in ARMS; with kdakit_configs
     "both", also kdakit's kernels run under the default configs (helion-kdakit-default)."""
-    from kdakit.kernels import upstream
+    from kdakit.kernels.tools import upstream
 
     found: dict[str, Any] = {}
     missing: dict[str, str] = {}
@@ -644,15 +559,15 @@ def load_arms(
             for arm in arms:
                 if not arm.endswith("kdakit") and arm not in OPTIONAL_ARMS:
                     missing[f"{phase}:{arm}"] = f"SGLang kernels unavailable: {type(exc).__name__}: {exc}"
-    for phase, module, attr in (
-        ("decode", "kdakit.kernels.decode", "helion_fused_recurrent_kda_packed_decode"),
-        ("verify", "kdakit.kernels.verify", "helion_kda_verify"),
-        ("prefill", "kdakit.kernels.prefill", "chunk_kda"),
-    ):
-        try:
-            import importlib
+    import importlib
 
-            found[f"{phase}:helion-kdakit"] = getattr(importlib.import_module(module), attr)
+    from kdakit.kernels import integration
+
+    for phase, module in integration.KDAKIT_MODULES.items():
+        try:
+            found[f"{phase}:helion-kdakit"] = getattr(
+                importlib.import_module(module), integration.ENTRY_POINTS[phase]
+            )
         except Exception as exc:
             missing[f"{phase}:helion-kdakit"] = f"{type(exc).__name__}: {exc}"
     if kdakit_configs == "both":
@@ -916,7 +831,7 @@ def bench_verify(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer:
 
 
 def bench_prefill(cfg: BenchConfig, shape: tuple[int, int], arms: dict, missing: dict, timer: GraphTimer,
-                  gen, calls: int = 8) -> dict:  # fmt: skip
+                  gen, calls: int = PREFILL_CALLS) -> dict:  # fmt: skip
     torch = _torch()
     H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
     batch, tokens = shape

@@ -1,4 +1,4 @@
-"""kdakit.kernels.interpret: the CPU interpreter shim leaves Triton as it found it."""
+"""kdakit.kernels.tools.interpret: the CPU interpreter shim leaves Triton as it found it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import torch
 import triton.language as tl
-from kdakit.kernels.testing import interpreter
+from kdakit.kernels.tools.testing import interpreter
 
 HELPER = """
 import triton

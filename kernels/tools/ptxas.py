@@ -5,7 +5,7 @@ the bundled ptxas reports registers, spills and shared memory. That is how the w
 prefill.DEFAULT_CONFIGS were chosen after the last GPU run (a spilling state pass or a 2-CTA-per-SM intra
 kernel is visible here). It says nothing about time; `prefill_timing` measures that on a GPU.
 
-    python -m kdakit.kernels.prefill_ptxas [--configs '{"state": {...}}']
+    python -m kdakit.kernels.tools.ptxas [--configs '{"state": {...}}']
 """
 
 from __future__ import annotations

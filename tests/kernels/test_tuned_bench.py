@@ -8,7 +8,8 @@ import json
 
 import pytest
 import torch
-from kdakit.kernels import bench, tuned
+from kdakit.kernels import tuned
+from kdakit.kernels.tools import bench
 
 from kdakit.cli import main
 
@@ -184,7 +185,7 @@ def test_the_default_config_arm_selects_defaults_only_inside_its_calls(monkeypat
 
 
 def test_load_arms_adds_the_default_config_arms_only_for_both(monkeypatch):
-    from kdakit.kernels import upstream
+    from kdakit.kernels.tools import upstream
 
     def no_sglang(*_):
         raise ImportError("no SGLang here")

@@ -1,4 +1,5 @@
-"""`kdakit kernels ...`: the microbenchmark, SGLang's kernels from the pinned wheel, the integration patch."""
+"""`kdakit kernels ...`: the microbenchmark and its table, autotune, SGLang's kernels from the pinned wheel,
+the integration patch."""
 
 from __future__ import annotations
 
@@ -12,34 +13,70 @@ from pathlib import Path
 from kdakit.errors import UsageError
 
 
+class _DefaultsShown(argparse.HelpFormatter):
+    """Appends "(default: X)" to an option's help where X is a value (not None/False)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("kernels", help="KDA kernel microbenchmark, upstream kernels, SGLang patch")
+    from kdakit.kernels import shapes
+    from kdakit.kernels.tuned import PREFILL_KERNELS
+
+    model, bench_defaults, tune_defaults = (shapes.load()[t] for t in ("model", "bench", "autotune"))
+    parser = sub.add_parser(
+        "kernels",
+        help="time, tune and patch kdakit's Helion KDA kernels (microbenchmark, autotune, SGLang patch)",
+        description="kdakit's Helion KDA kernels beside SGLang's: time them (bench), tune their configs for "
+        "a GPU (autotune), fetch SGLang's kernels from the pinned wheel, and patch SGLang to use kdakit's. "
+        "Shapes and defaults: kernels/shapes.toml.",
+    )
     kernels = parser.add_subparsers(dest="kernels_command", required=True, metavar="SUBCOMMAND")
 
     bench = kernels.add_parser(
         "bench",
         help="time SGLang's Triton and Helion KDA kernels and kdakit's on one GPU (the PR's table)",
         description="Decode, verify and prefill on one GPU: CUDA-graph per-call medians, L2-cold slot "
-        "rotation, outputs checked against SGLang's Triton, HBM floor from the measured copy bandwidth.",
+        "rotation, outputs checked against SGLang's Triton, HBM floor from the measured copy bandwidth. "
+        "Writes RESULTS_DIR/RUN_ID/HOST/kernels-bench.json and its kdakit.result.v1 record.",
+        formatter_class=_DefaultsShown,
     )
-    bench.add_argument("--phases", default="prefill,decode,verify", help="subset of prefill,decode,verify")
-    bench.add_argument("--decode-batches", default="1,16,48")
-    bench.add_argument("--verify-batches", default="1,16,48")
-    bench.add_argument("--draft-tokens", type=int, default=6)
-    bench.add_argument("--prefill-shapes", default="1x4096,1x8192,2x4096", help="BATCHxTOKENS,...")
-    bench.add_argument("--heads", type=int, default=16)
-    bench.add_argument("--head-dim", type=int, default=128, help="K = V")
-    bench.add_argument("--lower-bound", type=float, default=-5.0, help="bounded gate (GLM-5.3: -5)")
-    bench.add_argument("--replays", type=int, default=100, help="timed graph replays per arm (>= 60)")
+    bench.add_argument(
+        "--phases", default=shapes.csv("bench", "phases"), help="a subset of prefill,decode,verify"
+    )
+    bench.add_argument(
+        "--decode-batches", default=shapes.csv("bench", "decode_batches"), help="requests per call"
+    )
+    bench.add_argument(
+        "--verify-batches", default=shapes.csv("bench", "verify_batches"), help="requests per call"
+    )
+    bench.add_argument(
+        "--draft-tokens", type=int, default=model["draft_tokens"], help="tokens per verify request"
+    )
+    bench.add_argument(
+        "--prefill-shapes", default=shapes.csv("bench", "prefill_shapes"), help="BATCHxTOKENS,..."
+    )
+    bench.add_argument("--heads", type=int, default=model["heads"], help="query and value heads")
+    bench.add_argument("--head-dim", type=int, default=model["head_dim"], help="K = V")
+    bench.add_argument("--lower-bound", type=float, default=model["lower_bound"], help="bounded gate")
+    bench.add_argument(
+        "--replays", type=int, default=bench_defaults["replays"],
+        help=f"timed graph replays per arm (>= {bench_defaults['min_replays']})",
+    )  # fmt: skip
     bench.add_argument(
         "--upstream",
         choices=("auto", "installed", "extracted"),
         default="auto",
-        help="SGLang's kernels: the installed package, or extracted from the pinned wheel",
+        help="SGLang's kernels: the installed package, or extracted from the pinned wheel (auto: installed "
+        "if it imports)",
     )
     bench.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
-    bench.add_argument("--run-id", default=None, help="default: kernels-<UTC time>")
-    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--run-id", default=None, help="the run's folder name (default: kernels-<UTC time>)")
+    bench.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     bench.add_argument(
         "--configs",
         choices=("shipped", "default", "both"),
@@ -49,35 +86,41 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     bench.set_defaults(func=cmd_bench)
 
+    prefill_names = ", ".join(PREFILL_KERNELS)
     tune = kernels.add_parser(
         "autotune",
         help="tune kdakit's Helion KDA kernels for this GPU's SKU and write config files (GPU only)",
-        description="Helion's autotuner per kernel and shape bucket, then tuned vs default timed under CUDA "
-        "graph replay (decode/verify: rotating slots; prefill: in-graph restore of v subtracted); the faster "
-        "config is written to OUT/SKU/KERNEL-BUCKET.json.",
+        description="Helion's autotuner per kernel and shape bucket, then the candidates timed with the "
+        "bench's CUDA-graph timer; the faster config is written to OUT/SKU/KERNEL-BUCKET.json.",
+        formatter_class=_DefaultsShown,
     )
     tune.add_argument("--sku", required=True, help="the SKU of this GPU, e.g. h200 (checked against it)")
     tune.add_argument(
         "--kernels",
         default="decode,verify,prefill",
-        help="subset of decode, verify (= verify-chain), verify-chain, verify-tree, prefill (= its six "
-        "kernels: prefill-gate, prefill-intra, prefill-solve, prefill-recompute-wk, prefill-recompute-u, "
-        "prefill-state)",
-    )
-    tune.add_argument("--heads", default="16,8", help="local KDA heads: 16 at TP4, 8 at TP8")
-    tune.add_argument(
-        "--batches", default="1,2,4,8,16,24,32,40,48", help="decode/verify batch buckets to tune"
+        help="a subset of decode, verify (= verify-chain), verify-tree, prefill (all its kernels) and the "
+        f"single prefill kernels {prefill_names}",
     )
     tune.add_argument(
-        "--tokens",
-        default="4096,8192",
-        help="prefill total-token buckets to tune (of 4096, 8192, 16384; default: the bench's shapes)",
+        "--heads", default=shapes.csv("autotune", "heads"), help="local KDA heads (one per TP degree)"
     )
-    tune.add_argument("--budget-seconds", type=int, default=60, help="Helion search budget per bucket")
+    tune.add_argument(
+        "--batches", default=shapes.csv("autotune", "batches"), help="decode/verify batch buckets"
+    )
+    tune.add_argument(
+        "--tokens", default=shapes.csv("autotune", "tokens"),
+        help=f"prefill total-token buckets (of {shapes.csv('buckets', 'prefill_tokens')})",
+    )  # fmt: skip
+    tune.add_argument(
+        "--budget-seconds",
+        type=int,
+        default=tune_defaults["budget_seconds"],
+        help="Helion search budget per bucket",
+    )
     tune.add_argument(
         "--effort",
         choices=("quick", "full"),
-        default="quick",
+        default=tune_defaults["effort"],
         help="Helion autotune effort: quick starts from the seeded default (fits a budget of tens of "
         "seconds); full starts from 100 random configs (needs minutes per bucket)",
     )
@@ -88,6 +131,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     fetch = kernels.add_parser(
         "fetch-upstream",
         help="extract SGLang's KDA kernel modules from the pinned wheel (pip download if needed)",
+        description="Extract SGLang's KDA kernel modules from the pinned wheel, for `kernels bench "
+        "--upstream extracted` where SGLang is not installed.",
     )
     fetch.add_argument("--dest", default=None, help="default: $KDAKIT_UPSTREAM_DIR or ~/.cache/kdakit/")
     fetch.add_argument("--wheel", default=None, help="a local sglang wheel (else found or downloaded)")
@@ -97,14 +142,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     record = kernels.add_parser(
         "record",
         help="print the table of a bench's raw JSON and write its kdakit.result.v1 record beside it",
+        description="Print the table of a kernels-bench.json and write its kdakit.result.v1 record beside "
+        "it (for a bench run on a host without jsonschema).",
     )
     record.add_argument("raw", help="a kernels-bench.json written by `kdakit kernels bench`")
     record.add_argument("--run-id", default=None, help="default: the folder above the host folder")
     record.set_defaults(func=cmd_record)
 
+    table = kernels.add_parser(
+        "bench-table",
+        help="print (or --write into kernels/BENCH.md) the current table from the latest bench record",
+        description="The current-results section of kernels/BENCH.md, generated from a kernels-bench.json "
+        "(default: the newest under measurements/kernels-bench/).",
+    )
+    table.add_argument("raw", nargs="?", default=None, help="a kernels-bench.json (default: the newest)")
+    table.add_argument("--write", action="store_true", help="replace the section in kernels/BENCH.md")
+    table.add_argument("--check", action="store_true", help="exit 1 when kernels/BENCH.md's section differs")
+    table.set_defaults(func=cmd_bench_table)
+
     patch = kernels.add_parser(
         "patch",
         help="apply (or --check) the patch that makes SGLang's Helion KDA backend call kdakit's kernels",
+        description="Apply kdakit's patch to the installed SGLang so its Helion KDA backend calls kdakit's "
+        "kernels (KDAKIT_HELION_KERNELS=kdakit|upstream chooses at start-up).",
     )
     patch.add_argument("--site-packages", default=None, help="default: where sglang is installed")
     patch.add_argument("--check", action="store_true", help="only report: applies, applied or conflict")
@@ -119,7 +179,8 @@ def _positive(value: int, name: str, minimum: int = 1) -> int:
 
 
 def config_from_args(args: argparse.Namespace):
-    from kdakit.kernels import bench
+    from kdakit.kernels import shapes
+    from kdakit.kernels.tools import bench
 
     return bench.BenchConfig(
         phases=bench.parse_phases(args.phases),
@@ -131,20 +192,21 @@ def config_from_args(args: argparse.Namespace):
         value_heads=_positive(args.heads, "heads"),
         head_dim=_positive(args.head_dim, "head-dim"),
         lower_bound=args.lower_bound,
-        replays=_positive(args.replays, "replays", 60),
+        replays=_positive(args.replays, "replays", shapes.get("bench", "min_replays")),
         seed=args.seed,
         kdakit_configs=getattr(args, "configs", "shipped"),
     )
 
 
 def cmd_autotune(args: argparse.Namespace) -> int:
-    from kdakit.kernels import autotune
+    from kdakit.kernels.tools import autotune
 
     return autotune.run(args)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from kdakit.kernels import bench, tuned
+    from kdakit.kernels import tuned
+    from kdakit.kernels.tools import bench
 
     tuned.set_mode("shipped" if args.configs == "both" else args.configs)
     cfg = config_from_args(args)
@@ -167,7 +229,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from kdakit.kernels import bench
+    from kdakit.kernels.tools import bench
 
     raw = Path(args.raw)
     try:
@@ -183,7 +245,7 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from kdakit.kernels import upstream
+    from kdakit.kernels.tools import upstream
 
     wheel = Path(args.wheel) if args.wheel else None
     if wheel is not None and not wheel.is_file():
@@ -209,4 +271,21 @@ def cmd_patch(args: argparse.Namespace) -> int:
         print(f"patched {', '.join(map(str, written))}" if written else f"already patched: {site}")
         return 0
     print(json.dumps(integration.resolve(), indent=1))
+    return 0
+
+
+def cmd_bench_table(args: argparse.Namespace) -> int:
+    from kdakit.kernels.tools import bench_table
+
+    raw = Path(args.raw) if args.raw else bench_table.latest_raw()
+    section = bench_table.section(raw)
+    if args.write:
+        bench_table.write(section)
+        print(f"wrote the table of {raw} into {bench_table.BENCH_MD}")
+        return 0
+    if args.check:
+        same = bench_table.current() == section
+        print(f"{bench_table.BENCH_MD}: " + ("up to date" if same else f"differs from the table of {raw}"))
+        return 0 if same else 1
+    print(section)
     return 0

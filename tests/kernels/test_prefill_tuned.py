@@ -12,13 +12,14 @@ import json
 import helion
 import pytest
 import torch
-from kdakit.kernels import autotune, prefill, tuned
+from kdakit.kernels import prefill, tuned
 from kdakit.kernels import reference as R
-from kdakit.kernels.testing import interpreter
+from kdakit.kernels.tools import autotune
+from kdakit.kernels.tools.testing import interpreter
 from kdakit.kernels.tuned import Bucket, TunedConfig
 
 from kdakit.cli import main
-from tests.kernel_configs import config_warnings, tuned_record
+from tests.kernels.kernel_configs import config_warnings, tuned_record
 
 SKU = "testgpu"
 SMALL = Bucket(2, 2, 32, 32, "fp32", 4096)  # H = HV = 2, K = V = 32, up to 4096 tokens
@@ -389,20 +390,27 @@ def test_a_prefill_config_that_disagrees_is_dropped_and_the_default_written(inte
 
 
 def test_the_prefill_timer_restores_v_in_graph_and_subtracts_the_restore(monkeypatch):
-    """prefill_per_call_us with a fake graph timer: the timed body is restore-then-run, minus the restore."""
-    import kdakit.kernels.prefill_timing as pt
+    """prefill_per_call_us on the bench's timer (faked): the timed graph holds restore-then-run, and the
+    restore's own per-call median is subtracted."""
+    from kdakit.kernels.tools import timing
 
-    steps, bodies = [], []
+    steps, graphs = [], []
 
-    def fake_graph_time(body, calls=10, reps=40):
-        body()
-        bodies.append(list(steps))
-        steps.clear()
-        return {("restore", "run"): 100.0, ("restore",): 30.0, ("run",): 55.0}[tuple(bodies[-1])]
+    class FakeTimer:
+        def __init__(self, replays, single_replays):
+            assert (replays, single_replays) == (timing.REPLAYS, timing.SINGLE_REPLAYS)
 
-    monkeypatch.setattr(pt, "graph_time_us", fake_graph_time)
+        def per_call(self, calls):
+            calls[0]()
+            graphs.append((tuple(steps), len(calls)))
+            per_call = {("restore", "run"): [90.0, 100.0, 120.0], ("restore",): [30.0], ("run",): [55.0]}
+            steps.clear()
+            return per_call[graphs[-1][0]]
+
+    monkeypatch.setattr(timing, "GraphTimer", FakeTimer)
     assert autotune.prefill_per_call_us(lambda: steps.append("run"), lambda: steps.append("restore")) == 70.0
-    assert bodies == [["restore", "run"], ["restore"]]
+    calls = timing.PREFILL_CALLS
+    assert graphs == [(("restore", "run"), calls), (("restore",), calls)]
     assert autotune.prefill_per_call_us(lambda: steps.append("run"), None) == 55.0
 
 

@@ -1,4 +1,4 @@
-"""kdakit.kernels.prefill_ptxas on CPU: the compile for sm_90a sees the launcher's specializations, so its
+"""kdakit.kernels.tools.ptxas on CPU: the compile for sm_90a sees the launcher's specializations, so its
 shared-memory and register counts are those of the kernel a GPU runs."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import tempfile
 
 import torch
 from kdakit.kernels import prefill
-from kdakit.kernels import prefill_ptxas as P
+from kdakit.kernels.tools import ptxas as P
 
 
 def test_launch_specialization_mirrors_tritons_launcher():

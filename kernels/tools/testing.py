@@ -1,4 +1,5 @@
-"""Input builders and helpers shared by the kernel tests (CPU and GPU) and the tuning script.
+"""Kernel inputs and the interpreter switch shared by the kernel tests (CPU and GPU), `kdakit kernels
+autotune` and the GPU self-test.
 
 Inputs are random normal data (never zeros: zeros hide unwritten outputs and wrong indexing), with
 realistic scales: raw gates around 0, A_log so that decays stay in a useful range, a state pool of
@@ -16,7 +17,7 @@ import torch
 @contextlib.contextmanager
 def interpreter():
     """Run the enclosed kernel calls under Triton's CPU interpreter with kdakit's shim, then undo both."""
-    from kdakit.kernels import interpret
+    from kdakit.kernels.tools import interpret
 
     previous = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
@@ -120,3 +121,39 @@ def max_abs(x: torch.Tensor, ref: torch.Tensor) -> float:
     if torch.isnan(diff).any():
         return float("inf")
     return float(diff.max()) if diff.numel() else 0.0
+
+
+def prefill_case(lens, H=16, K=128, V=128, slots=8, seed=0, device="cuda", lower_bound=-5.0) -> dict:
+    """Inputs of `chunk_kda` for sequences of `lens` tokens (H = HV, raw g and beta, fp32 pool)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    T = sum(lens)
+
+    def rnd(*shape, s=1.0):
+        return (torch.randn(*shape, generator=gen) * s).to(device)
+
+    bf = torch.bfloat16
+    return dict(
+        q=rnd(1, T, H, K).to(bf),
+        k=rnd(1, T, H, K).to(bf),
+        v=rnd(1, T, H, V).to(bf),
+        g=rnd(1, T, H, K).to(bf),
+        beta=rnd(1, T, H).to(bf),
+        A_log=(torch.rand(H, generator=gen) * 0.5).to(device),
+        dt_bias=rnd(H * K, s=0.1),
+        pool=rnd(slots, H, V, K, s=0.1),
+        indices=torch.arange(len(lens), dtype=torch.int32, device=device) * 2 + 1,
+        cu_seqlens=torch.tensor(
+            [0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32, device=device
+        ),
+        lower_bound=lower_bound,
+    )
+
+
+def prefill_call(fn, x: dict, v_buf, pool):
+    """`fn` (a `chunk_kda`) on a prefill_case, its output written over `v_buf` and its states into `pool`."""
+    return fn(
+        x["q"], x["k"], v_buf, x["g"], x["beta"],
+        initial_state=pool, initial_state_indices=x["indices"], use_qk_l2norm_in_kernel=True,
+        cu_seqlens=x["cu_seqlens"], A_log=x["A_log"], dt_bias=x["dt_bias"], lower_bound=x["lower_bound"],
+        beta_is_raw=True,
+    )  # fmt: skip

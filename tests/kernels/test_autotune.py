@@ -9,16 +9,17 @@ import json
 import helion
 import pytest
 import torch
-from kdakit.kernels import autotune, tuned
 from kdakit.kernels import decode as kd
+from kdakit.kernels import tuned
 from kdakit.kernels import verify as kv
 from kdakit.kernels.reference import packed_decode_reference, verify_reference
-from kdakit.kernels.testing import decode_case, interpreter, verify_case
+from kdakit.kernels.tools import autotune
+from kdakit.kernels.tools.testing import decode_case, interpreter, verify_case
 from kdakit.kernels.tuned import Bucket, KernelConfigWarning, TunedConfig
 
 from kdakit import selftest
 from kdakit.cli import main
-from tests.kernel_configs import config_warnings, tuned_record
+from tests.kernels.kernel_configs import config_warnings, tuned_record
 
 SKU = "testgpu"
 SMALL = Bucket(2, 4, 32, 32, "fp32", 4)  # decode/verify at B = 3 or 4 with H = 2, HV = 4, K = V = 32

@@ -1,0 +1,10 @@
+"""kdakit.kernels.tools: what times, tunes and compares kdakit's kernels (`kdakit kernels ...`).
+
+- `cli`: the `kdakit kernels` subcommands;
+- `bench` (+ `bench_table`): the microbenchmark against SGLang's kernels, and BENCH.md's generated table;
+- `autotune`: ahead-of-time config tuning per SKU, writing kernels/configs/;
+- `timing`: the one CUDA-graph timing method both use;
+- `upstream`: SGLang's own KDA kernels, installed or extracted from the pinned wheel;
+- `ptxas`: register and spill counts of the prefill kernels for Hopper, without a GPU;
+- `testing`, `interpret`: kernel inputs and the Triton CPU interpreter shim (tests, autotune, self-test).
+"""

@@ -1,0 +1,152 @@
+"""The one timing method of kdakit's kernel tools: `kdakit kernels bench` and `kdakit kernels autotune`.
+
+Per-call time is the median over replays of a CUDA graph holding N back-to-back calls, divided by N, after
+eager warm-up (compilation and autotuning stay outside the graph). Decode and verify calls rotate over
+disjoint slot sets of a state pool much larger than L2, so one graph cycle moves >= L2_COLD_BYTES of state
+and the cache is not what is measured. A call that overwrites its input (prefill writes o over v) is
+preceded by an in-graph restore whose own per-call time is subtracted. The single-call latency is one call
+per graph with L2 flushed before each replay. The HBM floor divides the bytes a call must move by the
+device-to-device copy bandwidth of `measure_copy_bandwidth`.
+
+The slot rotation is pure Python (testable anywhere); the timers need an NVIDIA GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from kdakit.kernels import shapes
+
+from kdakit.errors import UsageError
+
+MIB = 1 << 20
+L2_COLD_BYTES = 128 * MIB  # state touched per graph cycle: >= 2x the H200's 60 MB L2
+REPLAYS = shapes.get("bench", "replays")
+SINGLE_REPLAYS = shapes.get("bench", "single_replays")
+PREFILL_CALLS = shapes.get("bench", "prefill_calls")
+
+
+def calls_per_graph(batch: int, state_bytes_per_request: int, minimum: int = 32) -> int:
+    """Enough back-to-back calls that one graph cycle touches >= L2_COLD_BYTES of distinct state."""
+    per_call = max(batch * state_bytes_per_request, 1)
+    return max(minimum, math.ceil(L2_COLD_BYTES / per_call))
+
+
+def slot_sets(pool_slots: int, batch: int, calls: int, seed: int) -> list[list[int]]:
+    """`calls` slot lists of size `batch`; consecutive lists are disjoint and drawn from a permutation."""
+    if batch > pool_slots:
+        raise UsageError(f"batch {batch} exceeds the state pool ({pool_slots} slots)")
+    rng = random.Random(seed)
+    order = list(range(pool_slots))
+    rng.shuffle(order)
+    distinct = pool_slots // batch
+    return [order[(i % distinct) * batch : (i % distinct + 1) * batch] for i in range(calls)]
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def measure_copy_bandwidth(nbytes: int = 2 << 30, samples: int = 30) -> dict:
+    """Device-to-device copy, counting bytes read plus written."""
+    torch = _torch()
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    med = statistics.median(times)
+    del src, dst
+    bytes_per_s = 2 * nbytes / (med * 1e-6)
+    return {"bytes": 2 * nbytes, "samples_us": times, "median_us": med, "bytes_per_s": bytes_per_s}
+
+
+class GraphTimer:
+    """Times callables inside CUDA graphs (per-call median over replays) and as single-call replays."""
+
+    def __init__(self, replays: int, single_replays: int, flush_bytes: int = 256 * MIB):
+        self.replays = replays
+        self.single_replays = single_replays
+        self.flush_bytes = flush_bytes
+        self.flush = None  # allocated by the first single_call: per_call alone needs no flush buffer
+
+    def _capture(self, calls: list[Callable[[], Any]]):
+        torch = _torch()
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            calls[0]()  # one eager call on the capture stream (lazy inits stay out of the graph)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            for call in calls:
+                call()
+        torch.cuda.synchronize()
+        return graph
+
+    def per_call(self, calls: list[Callable[[], Any]]) -> list[float]:
+        torch = _torch()
+        graph = self._capture(calls)
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(self.replays)
+        ]
+        for start, end in events:
+            start.record()
+            graph.replay()
+            end.record()
+        torch.cuda.synchronize()
+        samples = [start.elapsed_time(end) * 1e3 / len(calls) for start, end in events]
+        del graph
+        return samples
+
+    def single_call(self, call: Callable[[], Any]) -> list[float]:
+        torch = _torch()
+        if self.flush is None:
+            self.flush = torch.empty(self.flush_bytes // 4, dtype=torch.float32, device="cuda")
+        graph = self._capture([call])
+        graph.replay()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(self.single_replays):
+            self.flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e3)
+        del graph
+        return samples
+
+
+def restored_per_call_us(
+    timer: GraphTimer, run: Callable[[], Any], restore: Callable[[], Any], calls: int = PREFILL_CALLS
+) -> float:
+    """Per-call median (us) of `run` when each call must be preceded by `restore` (it overwrites an input):
+    the graph holds restore-then-run `calls` times, and the restore's own per-call median is subtracted."""
+
+    def both() -> None:
+        restore()
+        run()
+
+    with_restore = statistics.median(timer.per_call([both] * calls))
+    return with_restore - statistics.median(timer.per_call([restore] * calls))
