@@ -22,6 +22,7 @@ SET ?=
 PYTEST_ARGS ?=
 
 .PHONY: help setup test test-gpu lint pins pins-check plan sglang-args reproduce clean
+REBUILD ?=
 
 help: ## List every target with its variables
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' \
@@ -62,9 +63,18 @@ plan: setup ## Print the exact sglang serve command and container env. Vars: SKU
 sglang-args: setup ## Regenerate the snapshot of SGLang's server arguments from the pinned wheel
 	$(KDAKIT) sglang-args --write
 
-reproduce: setup ## The main job: build and save the image unless its tarball exists, then ab-$(SKU) and the report. Vars: SKU=h200|b200 INVENTORY=(localhost)
-	@test -f $(FILE) || $(MAKE) --no-print-directory image image-save SKU=$(SKU)
-	$(MAKE) --no-print-directory ab-$(SKU) SKU=$(SKU)
+reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball's source hash is not this tree's), ab-$(SKU), roll-up, report. Vars: SKU=h200|b200 INVENTORY=(localhost) REBUILD=0 (refuse instead of rebuilding)
+	@want=$$($(PYTHON) images/build_steps.py source-hash . $(SKU) $(BASE_IMAGE)); \
+	have=$$(cat $(FILE).source 2>/dev/null || echo none); build=; \
+	if [ ! -f $(FILE) ]; then build="image: no $(FILE) yet: building it"; \
+	elif [ "$$have" != "$$want" ]; then \
+	  if [ "$(REBUILD)" = 0 ]; then \
+	    echo "image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}; refusing (REBUILD=0): make image image-save SKU=$(SKU), or drop REBUILD=0" >&2; exit 1; \
+	  fi; build="image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}: rebuilding"; \
+	fi; \
+	$(call kdakit_preflight,$(SKU),--gate $$([ -n "$$build" ] && echo --build)); \
+	if [ -n "$$build" ]; then echo "$$build"; $(MAKE) --no-print-directory image image-save SKU=$(SKU); fi
+	$(MAKE) --no-print-directory ab-$(SKU) SKU=$(SKU) PREFLIGHT_DONE=1
 
 clean: ## Remove the venv and caches (results/ is kept)
 	rm -rf $(VENV) .cache .pytest_cache .ruff_cache *.egg-info

@@ -3,10 +3,12 @@
 python3 build_steps.py check-base torch=2.14.1 triton=... sglang=...   refuse a base that breaks the pins
 python3 build_steps.py gsm8k SRC_DIR DEST_DIR SHA256_FILE [URL]       copy (or download) and verify GSM8K
 python3 build_steps.py integrate                                       apply kdakit's SGLang patch if shipped
+python3 build_steps.py source-hash [ROOT [SETTING ...]]                the image source hash (controller)
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import importlib.metadata as metadata
 import importlib.util
@@ -96,6 +98,39 @@ def integrate() -> int:
     return 0
 
 
+def context_files(root: Path) -> list[Path]:
+    """The files `docker build` sends from root, by images/Dockerfile.dockerignore's rules (its form: ignore
+    everything, re-include named paths, then drop a few patterns)."""
+    rules = [
+        line.strip()
+        for line in (root / "images" / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    included = [r[1:].rstrip("/") for r in rules if r.startswith("!")]
+    dropped = [r.removeprefix("**/") for r in rules if not r.startswith("!") and r != "*"]
+    files = []
+    for name in included:
+        path = root / name
+        for f in sorted(path.rglob("*")) if path.is_dir() else [path]:
+            rel = f.relative_to(root)
+            if f.is_file() and not any(
+                part == d or fnmatch.fnmatch(part, d) for part in rel.parts for d in dropped
+            ):
+                files.append(f)
+    return files
+
+
+def source_hash(root: Path, extra: list[str] = ()) -> str:
+    """sha256 over the image's inputs: every file of the build context (path and content), the Dockerfile,
+    and the build's own settings (extra: SKU, base image, ...). Same tree, same hash; any change, another."""
+    h = hashlib.sha256()
+    for f in [root / "images" / "Dockerfile", *context_files(root)]:
+        h.update(str(f.relative_to(root)).encode() + b"\0" + _sha256(f).encode() + b"\n")
+    for item in extra:
+        h.update(item.encode() + b"\n")
+    return h.hexdigest()
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -107,6 +142,9 @@ def main(argv: list[str]) -> int:
         return gsm8k(Path(args[0]), Path(args[1]), Path(args[2]), args[3] if len(args) > 3 else "")
     if step == "integrate":
         return integrate()
+    if step == "source-hash":
+        print(source_hash(Path(args[0]) if args else Path.cwd(), args[1:]))
+        return 0
     print(f"unknown step {step!r}\n{__doc__}", file=sys.stderr)
     return 2
 

@@ -16,6 +16,9 @@ CA_BUNDLE ?=
 BASE_TAG ?= kdakit-base:cu130
 CUDA_BASE ?=
 HADOLINT ?= $(if $(wildcard .venv/bin/hadolint),.venv/bin/hadolint,hadolint)
+# What the image is built from: every build-context file, the Dockerfile, SKU and base (images/build_steps.py).
+# `make image` labels the image with it and `make image-save` writes it beside the tarball (FILE.source).
+IMAGE_SOURCE_HASH = $(shell $(PYTHON) images/build_steps.py source-hash . $(SKU) $(BASE_IMAGE))
 
 .PHONY: image image-base image-save image-load image-push lint-images
 
@@ -25,6 +28,7 @@ image: ## Build the kdakit image (pins.toml versions, self-test gate). Vars: SKU
 	  $(shell $(PYTHON) images/pins_args.py build-args) \
 	  --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg SKU=$(SKU) \
 	  --build-arg GIT_SHA=$(IMAGE_GIT_SHA) --build-arg BUILD_DATE=$(BUILD_DATE) \
+	  --label io.kdakit.source-hash=$(IMAGE_SOURCE_HASH) \
 	  $(if $(CA_BUNDLE),--secret id=cacert$(images_comma)src=$(CA_BUNDLE)) -t $(IMAGE) .
 	@mkdir -p $(IMAGE_OUT)
 	@$(DOCKER) image inspect --format '{{.Id}}' $(IMAGE) > $(IMAGE_OUT)/image-$(SKU).id
@@ -38,18 +42,23 @@ image-base: ## Build a from-scratch base (NVIDIA CUDA 13.0 + torch cu130 + sglan
 	  $(if $(CA_BUNDLE),--secret id=cacert$(images_comma)src=$(CA_BUNDLE)) -t $(BASE_TAG) images
 	@echo "built $(BASE_TAG): now make image BASE_IMAGE=$(BASE_TAG)"
 
-image-save: ## Save an image as zstd tarball + .sha256 + .id beside it. Vars: IMAGE=kdakit:<sku>-<git sha> FILE=out/images/kdakit-<sku>.tar.zst
+image-save: ## Save an image as zstd tarball + .sha256 + .id + .source (its source hash) beside it. Vars: IMAGE=kdakit:<sku>-<git sha> FILE=out/images/kdakit-<sku>.tar.zst
 	@mkdir -p $(dir $(FILE))
-	bash -o pipefail -c '$(DOCKER) save $(IMAGE) | zstd -q -T0 -3 -f -o $(FILE).part'
-	mv $(FILE).part $(FILE)
-	cd $(dir $(FILE)) && sha256sum $(notdir $(FILE)) > $(notdir $(FILE)).sha256
-	$(DOCKER) image inspect --format '{{.Id}}' $(IMAGE) > $(FILE).id
-	@echo "saved $(IMAGE) $$(cat $(FILE).id) to $(FILE) ($$(du -h $(FILE) | cut -f1))"
+	@rm -f $(FILE).source
+	bash -o pipefail -c '$(DOCKER) save $(IMAGE) | zstd -q -T0 -3 -f -o $(FILE).part' || { rm -f $(FILE).part; exit 1; }
+	cd $(dir $(FILE)) && sha256sum $(notdir $(FILE)).part | sed 's/\.part$$//' > $(notdir $(FILE)).sha256.part
+	$(DOCKER) image inspect --format '{{.Id}}' $(IMAGE) > $(FILE).id.part
+	$(DOCKER) image inspect --format '{{index .Config.Labels "io.kdakit.source-hash"}}' $(IMAGE) > $(FILE).source.part
+	@# each file complete or absent; .source last: its presence says the other three match
+	mv $(FILE).part $(FILE) && mv $(FILE).sha256.part $(FILE).sha256 && mv $(FILE).id.part $(FILE).id
+	mv $(FILE).source.part $(FILE).source
+	@echo "saved $(IMAGE) $$(cat $(FILE).id) (source $$(cut -c1-12 $(FILE).source)) to $(FILE) ($$(du -h $(FILE) | cut -f1))"
 
 image-load: ## Load a saved image after checking its sha256, then check its image ID. Vars: FILE=out/images/kdakit-<sku>.tar.zst
 	@test -f "$(FILE)" -a -f "$(FILE).sha256" -a -f "$(FILE).id" || { echo "need $(FILE), $(FILE).sha256 and $(FILE).id" >&2; exit 2; }
 	cd $(dir $(FILE)) && sha256sum --check --strict $(notdir $(FILE)).sha256
-	bash -o pipefail -c 'zstd -dc $(FILE) | $(DOCKER) load'
+	@bash -o pipefail -c 'zstd -dc $(FILE) | $(DOCKER) load' || { \
+	  if ! zstd -tq $(FILE) 2>/dev/null; then echo "image: $(FILE) is truncated or corrupt (zstd -t fails; its .sha256 was made from the broken file): save it again with make image-save" >&2; fi; exit 1; }
 	@want=$$(cat $(FILE).id); got=$$($(DOCKER) image inspect --format '{{.Id}}' $$want 2>/dev/null); \
 	  if [ "$$got" != "$$want" ]; then echo "image ID mismatch: $(FILE).id says $$want, the engine has '$$got'" >&2; exit 1; fi; \
 	  echo "loaded $$want from $(FILE)"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -147,9 +149,19 @@ def check_gpus(
 
 def check_docker(info: dict | None, require_nvidia_runtime: bool) -> list[Verdict]:
     if info is None:
-        return [
+        out = [
             Verdict("docker", False, "cannot reach the Docker engine", "start dockerd and check DOCKER_HOST")
         ]
+        if require_nvidia_runtime:
+            out.append(
+                Verdict(
+                    "nvidia-runtime",
+                    False,
+                    "unknown (no Docker engine to ask)",
+                    "start dockerd; then install the NVIDIA Container Toolkit if it lists no nvidia runtime",
+                )
+            )
+        return out
     out = [Verdict("docker", True, f"Docker {info.get('ServerVersion', '?')}")]
     if require_nvidia_runtime:
         runtimes = sorted((info.get("Runtimes") or {}).keys())
@@ -304,7 +316,183 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+# The controller's side: `make preflight` (and reproduce / ab-* before anything heavy) runs the host checks
+# above on every host of the SKU's group through the preflight playbook, adds the controller's own checks
+# (an image builder, when the image must be built) and prints one table.
+
+HOST_LINE = re.compile(r"^(OK  |FAIL) (\S+): ([a-z0-9-]+): (.*)$")
+
+
+def parse_lines(stdout: str) -> list[Verdict]:
+    """The verdict lines the host script prints, back into Verdicts (the closing tally line left out)."""
+    out = []
+    for line in stdout.splitlines():
+        m = HOST_LINE.match(line.strip())
+        if not m or m.group(3) == "preflight":
+            continue
+        detail, _, fix = m.group(4).partition(". Fix: ")
+        out.append(Verdict(m.group(3), m.group(1) == "OK  ", detail, fix))
+    return out
+
+
+def check_builder(docker_version: str | None, buildx_version: str | None) -> Verdict:
+    """What `make image` needs on the machine that builds: BuildKit through buildx, or a client (< 23) whose
+    built-in builder still does BuildKit (Debian's docker.io 20.10)."""
+    fix = "install buildx (Debian/Ubuntu: apt-get install docker-buildx; Docker's repo: docker-buildx-plugin)"
+    if docker_version is None:
+        return Verdict("builder", False, "no docker client", "install Docker (docker.io or docker-ce)")
+    if buildx_version:
+        return Verdict("builder", True, f"Docker {docker_version}, {buildx_version}")
+    try:
+        major = int(docker_version.split(".")[0])
+    except ValueError:
+        major = 99
+    if major < 23:
+        return Verdict("builder", True, f"Docker {docker_version} (built-in BuildKit, no buildx needed)")
+    return Verdict("builder", False, f"Docker {docker_version} without buildx (BuildKit needs it)", fix)
+
+
+def controller_checks(docker: str, build: bool) -> list[Verdict]:
+    if not build:
+        return []
+    version = _capture([docker, "version", "--format", "{{.Client.Version}}"])
+    if version is None:  # the daemon may be down: the client still reports its own version
+        version = _capture([docker, "--version"])
+        version = re.search(r"(\d+\.\d+[\w.+-]*)", version).group(1) if version else None
+    buildx = _capture([docker, "buildx", "version"])
+    verdicts = [check_builder(version.strip() if version else None, buildx.strip() if buildx else None)]
+    info = _capture([docker, "info", "--format", "{{json .ServerVersion}}"])
+    verdicts.append(
+        Verdict(
+            "docker",
+            info is not None,
+            f"Docker engine {info.strip()}" if info else "cannot reach the Docker engine",
+            "start dockerd (systemctl start docker) and check DOCKER_HOST",
+        )
+    )
+    return verdicts
+
+
+def hosts_of(inventory: dict, group: str) -> list[str]:
+    """Hosts of a group (and its children) in `ansible-inventory --list` output."""
+    seen, todo, hosts = set(), [group], []
+    while todo:
+        g = todo.pop()
+        if g in seen:
+            continue
+        seen.add(g)
+        entry = inventory.get(g) or {}
+        hosts += [h for h in entry.get("hosts", []) if h not in hosts]
+        todo += entry.get("children", [])
+    return sorted(hosts)
+
+
+def _play_results(callback_json: dict) -> dict[str, dict]:
+    """host -> {'verdicts': [...]} or {'unreachable': msg} from ansible's json callback output."""
+    out: dict[str, dict] = {}
+    for play in callback_json.get("plays", []):
+        for task in play.get("tasks", []):
+            for host, result in task.get("hosts", {}).items():
+                if result.get("unreachable"):
+                    msg = re.sub(r"\s+", " ", str(result.get("msg", "")))
+                    out[host] = {"unreachable": re.sub(r"^.*can be reached over ssh: ", "", msg)}
+                elif "stdout" in result and "Run the preflight checks" in task["task"]["name"]:
+                    out[host] = {"verdicts": parse_lines(result["stdout"])}
+    return out
+
+
+def render(rows: list[tuple[str, Verdict]]) -> str:
+    header = ("host", "check", "status", "value", "fix")
+    cells = [header] + [
+        (h, v.check, "ok" if v.ok else "FAIL", v.detail, "" if v.ok else v.fix) for h, v in rows
+    ]
+    widths = [max(len(c[i]) for c in cells) for i in range(4)]
+    lines = []
+    for c in cells:
+        lines.append(
+            ("  ".join(x.ljust(w) for x, w in zip(c[:4], widths, strict=True)) + "  " + c[4]).rstrip()
+        )
+    return "\n".join(lines)
+
+
+def cluster_main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m kdakit.preflight cluster", description="preflight of a SKU's hosts"
+    )
+    p.add_argument("--sku", required=True)
+    p.add_argument("--inventory", required=True)
+    p.add_argument("--ansible-playbook", default="ansible-playbook")
+    p.add_argument("--ansible-inventory", default="ansible-inventory")
+    p.add_argument("--playbook", required=True, help="playbooks/preflight.yml")
+    p.add_argument("--docker", default="docker", help="the controller's docker client (image build)")
+    p.add_argument("--build", action="store_true", help="the image will be built here: check the builder")
+    p.add_argument("--gate", action="store_true", help="fail only when nothing could run (see the table)")
+    p.add_argument("--extra", default="", help="more ansible-playbook arguments")
+    p.add_argument("--hosts-only", action="store_true", help="only check that the group has hosts")
+    args = p.parse_args(argv)
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1")
+    inv = subprocess.run(
+        [args.ansible_inventory, "-i", args.inventory, "--list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    try:
+        hosts = hosts_of(json.loads(inv.stdout), args.sku)
+    except json.JSONDecodeError:
+        print(f"preflight: cannot read the inventory {args.inventory}: {inv.stderr.strip()[-300:]}")
+        return 2
+    if not hosts:
+        print(
+            f"preflight: the inventory {args.inventory} has no hosts in group {args.sku}; list them in a copy"
+            f" of playbooks/inventories/examples/{args.sku}.yml and pass INVENTORY=path/to/it"
+        )
+        return 2
+    if args.hosts_only:
+        return 0
+    rows = [("controller", v) for v in controller_checks(args.docker, args.build)]
+    cmd = [args.ansible_playbook, "-i", args.inventory, args.playbook, "-e", f"kdakit_hosts={args.sku}",
+           *shlex.split(args.extra)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    try:
+        results = _play_results(json.loads(proc.stdout[proc.stdout.find("{") :]))
+    except json.JSONDecodeError:
+        print(f"preflight: ansible-playbook {args.playbook} exited {proc.returncode}: "
+              f"{(proc.stderr or proc.stdout).strip()[-400:]}")  # fmt: skip
+        return 2
+    passed = []
+    for host in hosts:
+        result = results.get(host)
+        if result is None:
+            rows.append(
+                (host, Verdict("reach", False, "no preflight result", "see ansible-playbook's output"))
+            )
+        elif "unreachable" in result:
+            rows.append((host, Verdict("ssh", False, f"unreachable: {result['unreachable']}",
+                                       "check the address, user and key in the inventory")))  # fmt: skip
+        else:
+            rows += [(host, v) for v in result["verdicts"]]
+            if result["verdicts"] and all(v.ok for v in result["verdicts"]):
+                passed.append(host)
+    print(render(rows))
+    failed = [r for r in rows if not r[1].ok]
+    controller_ok = all(v.ok for h, v in rows if h == "controller")
+    print(f"preflight: {len(failed)} check(s) failed; {len(passed)} of {len(hosts)} host(s) ready")
+    if args.gate:
+        if controller_ok and passed:
+            if failed:
+                print("preflight: going on with the ready hosts; deploy records the others as failed")
+            return 0
+        print("preflight: stopping before any image build, pull or load (fix the FAIL rows above)")
+        return 1
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["cluster"]:
+        return cluster_main(argv[1:])
     parser = argparse.ArgumentParser(prog="kdakit-preflight", description=__doc__)
     add_arguments(parser)
     return run(parser.parse_args(argv))

@@ -114,3 +114,164 @@ def gather(run_dir: Path | str | None = None) -> dict:
         "python": platform.python_version(),
         "tools": tool_versions(),
     }
+
+
+# The controller's record of each host's rollout: results/<run-id>/<host>/<arm>/provenance.json holds, beside
+# the collect step's facts, every step's outcome and the run's first failure. Only this code writes it (the
+# playbooks call `python -m kdakit.provenance`), always atomically, and a later step never upgrades a host.
+PROVENANCE_FILE = "provenance.json"
+OUTCOMES = ("ok", "failed", "unreachable", "skipped")
+# Steps that run whatever happened before (they gather evidence and clean up), and so never skip a host.
+ALWAYS_RUN_STEPS = ("collect", "teardown")
+
+
+def write_json_atomic(path: Path | str, data: object) -> Path:
+    """Write JSON to a temp file beside path, fsync, then rename over path: readers see the old file or the
+    new one, never a part; a failed write (disk full, read-only) leaves no partial file behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def host_dir(results: Path | str, run_id: str, host: str, arm: str) -> Path:
+    return Path(results) / run_id / host / arm
+
+
+def record_step(record: dict, step: str, outcome: str, cause: str = "") -> dict:
+    """The record with this step's outcome added: the overall outcome only ever gets worse (ok -> failed or
+    unreachable), and the first failure's step and cause are kept."""
+    if outcome not in OUTCOMES:
+        raise ValueError(f"outcome {outcome!r} is not one of {', '.join(OUTCOMES)}")
+    record = dict(record)
+    steps = dict(record.get("steps") or {})
+    steps[step] = {"outcome": outcome, "cause": cause}
+    record["steps"] = steps
+    if outcome in ("failed", "unreachable") and record.get("outcome") in (None, "ok"):
+        record.update(outcome=outcome, step=step, cause=cause)
+    record.setdefault("outcome", "ok")
+    record.setdefault("step", step)
+    record.setdefault("cause", "")
+    return record
+
+
+def earlier_failure(record: dict) -> str:
+    """'' when the host may run its next step; otherwise the reason it is skipped."""
+    if record.get("outcome") in ("failed", "unreachable"):
+        return f"{record.get('step')} {record['outcome']}: {record.get('cause') or 'no cause recorded'}"
+    return ""
+
+
+def summary_line(host: str, step: str, outcome: str, cause: str) -> str:
+    """h2: bench unreachable (cause) - the per-host line every step ends with."""
+    return f"{host}: {step} {outcome}" + (f" ({cause})" if cause else "")
+
+
+def record_outcomes(results: Path | str, run_id: str, arm: str, step: str, hosts: list[dict]) -> list[str]:
+    """Merge each host's step outcome ({host, outcome, cause}) into its provenance.json; returns the summary
+    lines."""
+    lines = []
+    for h in hosts:
+        path = host_dir(results, run_id, h["host"], arm) / PROVENANCE_FILE
+        record = _read_json(path)
+        record.update(
+            {k: v for k, v in (("run_id", run_id), ("host", h["host"]), ("arm", arm)) if k not in record}
+        )
+        write_json_atomic(path, record_step(record, step, h["outcome"], h.get("cause") or ""))
+        lines.append(summary_line(h["host"], step, h["outcome"], h.get("cause") or ""))
+    return lines
+
+
+def record_facts(results: Path | str, run_id: str, host: str, arm: str, facts: dict) -> Path:
+    """Add the collect step's facts (image, image ID, git sha, ...) without touching outcomes."""
+    path = host_dir(results, run_id, host, arm) / PROVENANCE_FILE
+    record = _read_json(path)
+    for key in ("outcome", "step", "cause", "steps"):
+        facts.pop(key, None)
+    record.update(facts)
+    record.setdefault("outcome", "ok")
+    record.setdefault("cause", "")
+    return write_json_atomic(path, record)
+
+
+def rollup(run_dir: Path | str) -> tuple[list[tuple[str, str, str, str, str]], bool]:
+    """(host, arm, step, outcome, cause) for every recorded step of a run, and whether all were ok."""
+    rows = []
+    for path in sorted(Path(run_dir).glob(f"*/*/{PROVENANCE_FILE}")):
+        record = _read_json(path)
+        host, arm = path.parent.parent.name, path.parent.name
+        for step, result in (record.get("steps") or {}).items():
+            rows.append((host, arm, step, result.get("outcome", "?"), result.get("cause", "")))
+    return rows, bool(rows) and all(r[3] == "ok" for r in rows)
+
+
+def table(header: tuple[str, ...], rows: list[tuple[str, ...]], width: int = 100) -> str:
+    """A plain text table; long cells are cut to keep one line per row."""
+    cells = [tuple(str(c) for c in header)] + [tuple(str(c) for c in r) for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header) - 1)]
+    out = []
+    for r in cells:
+        head = "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True))
+        out.append(f"{head}  {r[-1][:width]}".rstrip())
+    return "\n".join(out)
+
+
+def _main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(
+        prog="python -m kdakit.provenance", description="the rollout's outcome records"
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    rec = sub.add_parser("record", help="merge one step's per-host outcomes (JSON list on stdin)")
+    for a in ("--results", "--run-id", "--arm", "--step"):
+        rec.add_argument(a, required=True)
+    facts = sub.add_parser("facts", help="add collect facts (JSON object on stdin) to one host's record")
+    for a in ("--results", "--run-id", "--arm", "--host"):
+        facts.add_argument(a, required=True)
+    roll = sub.add_parser("rollup", help="host x arm x step -> outcome, cause; exit 1 unless all ok")
+    roll.add_argument("run_dir")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "record":
+            for line in record_outcomes(args.results, args.run_id, args.arm, args.step, json.load(sys.stdin)):
+                print(line)
+            return 0
+        if args.cmd == "facts":
+            record_facts(args.results, args.run_id, args.host, args.arm, json.load(sys.stdin))
+            return 0
+        rows, all_ok = rollup(args.run_dir)
+        if not rows:
+            print(f"rollout: no step outcomes recorded under {args.run_dir}")
+            return 1
+        print(table(("host", "arm", "step", "outcome", "cause"), rows))
+        bad = sum(r[3] != "ok" for r in rows)
+        verdict = f"all {len(rows)} steps ok" if all_ok else f"{bad} of {len(rows)} steps not ok"
+        print(f"rollout: {verdict}")
+        return 0 if all_ok else 1
+    except OSError as exc:
+        print(f"kdakit provenance: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())

@@ -6,6 +6,7 @@
 INVENTORY ?= playbooks/inventories/localhost.yml
 RUN_ID ?=
 DRY_RUN ?=
+PREFLIGHT_DONE ?=
 EXTRA ?=
 HOSTS ?= h200:b200
 RESULTS ?= results
@@ -18,24 +19,38 @@ kdakit_playbook = ANSIBLE_CONFIG=playbooks/ansible.cfg $(ANSIBLE_PLAYBOOK) -i $(
 	-e kdakit_hosts=$(2) -e kdakit_run_id=$(3) -e kdakit_arm=$(4) -e kdakit_results_dir=$(abspath $(RESULTS)) \
 	$(if $(DRY_RUN),--check --diff) $(EXTRA)
 kdakit_latest = mkdir -p $(RESULTS) && echo $(1) > $(RESULTS)/LATEST
-# A/B on the same hosts under one run id: every step for the triton arm, then for the helion arm, then the
-# report. A failed step does not stop the rest; the exit status is non-zero when anything failed.
+# One table of every host's checks (kdakit/preflight.py through playbooks/preflight.yml), before anything
+# heavy. As a gate ($(call kdakit_preflight,SKU,--gate [--build])) it stops only when the controller cannot
+# build or no host is ready; deploy then records the hosts that are not ready as failed.
+kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/preflight.py cluster --sku $(1) \
+	--inventory $(INVENTORY) --playbook playbooks/preflight.yml --ansible-playbook $(ANSIBLE_PLAYBOOK) \
+	--ansible-inventory $(dir $(ANSIBLE_PLAYBOOK))ansible-inventory --docker $(DOCKER) --extra "$(EXTRA)" $(2)
+# A/B on the same hosts under one run id: every step for the triton arm, then for the helion arm. A host whose
+# deploy failed skips its later measuring steps (collect and teardown still run). Ends with one roll-up table
+# (host x arm x step -> outcome, cause), then the report; the exit status is non-zero unless all were ok.
 define kdakit_ab
 $(call kdakit_latest,$(NEW_RUN_ID)); \
 rc=0; for arm in triton helion; do for step in deploy eval-gsm8k bench collect teardown; do \
   echo "== $(1) $$arm $$step (run $(NEW_RUN_ID))"; \
   $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) || rc=1; \
 done; done; \
+echo "== $(1) roll-up (run $(NEW_RUN_ID))"; \
+$(PY) -m kdakit.provenance rollup $(RESULTS)/$(NEW_RUN_ID) || rc=1; \
 $(KDAKIT) report $(RESULTS)/$(NEW_RUN_ID) || rc=1; exit $$rc
 endef
 
-.PHONY: deploy-h200 deploy-b200 eval-gsm8k bench collect teardown ab-h200 ab-b200 lint-playbooks
+.PHONY: preflight deploy-h200 deploy-b200 eval-gsm8k bench collect teardown ab-h200 ab-b200 lint-playbooks
+
+preflight: setup ## One table of every host's checks (GPUs, driver, NVIDIA runtime, Docker, weights, bench data, disk) and the builder; nothing else runs. Vars: SKU=h200 INVENTORY= PREFLIGHT_BUILD=1 (check the image builder too)
+	@$(call kdakit_preflight,$(SKU),$(if $(PREFLIGHT_BUILD),--build))
 
 deploy-h200: setup ## Preflight, load the image, start the server on the H200 hosts. Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
+	@$(call kdakit_preflight,h200,--hosts-only)
 	@$(if $(DRY_RUN),,$(call kdakit_latest,$(NEW_RUN_ID)))
 	$(call kdakit_playbook,deploy,h200,$(NEW_RUN_ID),$(ARM))
 
 deploy-b200: setup ## Preflight, load the image, start the server on the B200 hosts. Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
+	@$(call kdakit_preflight,b200,--hosts-only)
 	@$(if $(DRY_RUN),,$(call kdakit_latest,$(NEW_RUN_ID)))
 	$(call kdakit_playbook,deploy,b200,$(NEW_RUN_ID),$(ARM))
 
@@ -51,15 +66,17 @@ collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to result
 teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
 	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
 
-ab-h200: setup ## A/B on the H200 hosts: triton arm then helion arm, one run id, then kdakit report. Vars: INVENTORY= RUN_ID=<new>
+ab-h200: setup ## Preflight, then A/B on the H200 hosts: triton arm then helion arm, one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new>
+	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,h200,--gate))
 	@$(call kdakit_ab,h200)
 
-ab-b200: setup ## A/B on the B200 hosts: triton arm then helion arm, one run id, then kdakit report. Vars: INVENTORY= RUN_ID=<new>
+ab-b200: setup ## Preflight, then A/B on the B200 hosts: triton arm then helion arm, one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new>
+	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,b200,--gate))
 	@$(call kdakit_ab,b200)
 
 lint-playbooks: setup ## yamllint, ansible-lint --offline and a syntax check of every playbook
 	$(VENV)/bin/yamllint -s -c playbooks/.yamllint playbooks
 	cd playbooks && ANSIBLE_CONFIG=ansible.cfg ../$(VENV)/bin/ansible-lint --offline -q
-	for p in deploy eval-gsm8k bench collect teardown site; do \
+	for p in preflight deploy eval-gsm8k bench collect teardown site; do \
 	  ANSIBLE_CONFIG=playbooks/ansible.cfg $(ANSIBLE_PLAYBOOK) --syntax-check -i $(INVENTORY) playbooks/$$p.yml || exit 1; \
 	done

@@ -1,0 +1,105 @@
+"""`make preflight` and the gate in front of `make reproduce`, on this machine (CI has no GPUs): one table of
+checks within 30 s, a non-zero exit and nothing heavy started; an inventory without hosts for the SKU is one
+line; a saved image tarball built from another source tree is refused with one line (REBUILD=0)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kdakit import preflight as pf
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "images"))
+import build_steps  # noqa: E402
+
+
+def make(*args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, float]:
+    if not (Path(sys.executable).parent / "ansible-playbook").exists():
+        pytest.skip("ansible-playbook not installed (pip install -e '.[controller]')")
+    t0 = time.monotonic()
+    # -o: the venv is made already (never let a test run `make setup`)
+    cmd = ["make", "--no-print-directory", "-o", ".venv/.setup-done", *args]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - t0
+
+
+def test_preflight_without_gpus_is_one_table_and_fails_fast(tmp_path):
+    proc, seconds = make(
+        "preflight", "SKU=h200", "PREFLIGHT_BUILD=1", "EXTRA=-e kdakit_nvidia_smi=/nonexistent"
+    )
+    assert proc.returncode != 0 and seconds < 30
+    out = proc.stdout.splitlines()
+    assert out[0].split() == ["host", "check", "status", "value", "fix"]
+    rows = {(line.split()[0], line.split()[1]): line.split()[2] for line in out[1:-1]}
+    for check in ("gpus", "docker", "nvidia-runtime", "disk", "model", "bench-data"):
+        assert ("localhost", check) in rows, (check, proc.stdout)
+    assert rows[("localhost", "gpus")] == "FAIL" and ("controller", "builder") in rows
+    assert out[-1].startswith("preflight: ") and out[-1].endswith("0 of 1 host(s) ready")
+
+
+def test_an_inventory_without_hosts_for_the_sku_is_one_line():
+    proc, _ = make("preflight", "SKU=b200")
+    assert proc.returncode != 0
+    assert proc.stdout.strip() == (
+        "preflight: the inventory playbooks/inventories/localhost.yml has no hosts in group b200; list them"
+        " in a copy of playbooks/inventories/examples/b200.yml and pass INVENTORY=path/to/it"
+    )
+
+
+def test_reproduce_stops_at_preflight_before_any_build(tmp_path):
+    proc, seconds = make("reproduce", f"FILE={tmp_path / 'kdakit-h200.tar.zst'}", "DOCKER=/bin/false",
+                         "EXTRA=-e kdakit_nvidia_smi=/nonexistent")  # fmt: skip
+    assert proc.returncode != 0 and seconds < 30
+    assert "preflight: stopping before any image build, pull or load" in proc.stdout
+    assert "docker" not in proc.stderr.lower() and "building it" not in proc.stdout
+
+
+def test_reproduce_refuses_a_tarball_of_another_source(tmp_path):
+    tarball = tmp_path / "kdakit-h200.tar.zst"
+    tarball.write_bytes(b"\x28\xb5\x2f\xfd")
+    Path(f"{tarball}.source").write_text("0123456789abcdef" * 4 + "\n")
+    proc, _ = make("reproduce", f"FILE={tarball}", "REBUILD=0")
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert proc.stderr.splitlines()[0].startswith(
+        f"image: {tarball} was built from source 0123456789ab, this tree is "
+    )
+    assert "refusing (REBUILD=0)" in proc.stderr
+
+
+def test_source_hash_follows_the_build_context(tmp_path):
+    root = tmp_path / "tree"
+    shutil.copytree(REPO / "images", root / "images", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "pins.toml", "README.md"):
+        shutil.copy(REPO / name, root / name)
+    (root / "kdakit").mkdir()
+    (root / "kdakit" / "a.py").write_text("x = 1\n")
+    first = build_steps.source_hash(root, ["h200"])
+    assert build_steps.source_hash(root, ["h200"]) == first
+    assert build_steps.source_hash(root, ["b200"]) != first
+    (root / "kdakit" / "__pycache__").mkdir()
+    (root / "kdakit" / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
+    (root / "notes.txt").write_text("not in the image\n")
+    assert build_steps.source_hash(root, ["h200"]) == first  # the dockerignore leaves these out
+    (root / "kdakit" / "a.py").write_text("x = 2\n")
+    assert build_steps.source_hash(root, ["h200"]) != first
+
+
+def test_builder_check():
+    assert pf.check_builder("20.10.24+dfsg1", None).ok
+    assert pf.check_builder("28.2.2", "github.com/docker/buildx v0.23.0 28c90ea").ok
+    no_buildx = pf.check_builder("28.2.2", None)
+    assert not no_buildx.ok and "buildx" in no_buildx.fix
+    assert not pf.check_builder(None, None).ok
+
+
+def test_host_lines_parse_back():
+    verdicts = [pf.Verdict("gpu-count", False, "nvidia-smi lists 2 GPU(s), expected 4", "use a host"),
+                pf.Verdict("disk", True, "9.0 GB free")]  # fmt: skip
+    text = "\n".join(v.line("h1") for v in verdicts) + "\nFAIL h1: preflight: 1 of 2 checks failed\n"
+    assert pf.parse_lines(text) == [verdicts[0], pf.Verdict("disk", True, "9.0 GB free", "")]
