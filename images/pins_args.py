@@ -4,11 +4,16 @@ python3 images/pins_args.py build-args   ->  --build-arg TORCH_VERSION=... (ever
 python3 images/pins_args.py base         ->  the default base image
 """
 
+import importlib.util
 import sys
-import tomllib
 from pathlib import Path
 
-PINS = Path(__file__).resolve().parent.parent / "pins.toml"
+# kdakit/pins.py is pins.toml's one reader; loaded from its file, as kdakit may not be installed yet.
+_SPEC = importlib.util.spec_from_file_location(
+    "kdakit_pins", Path(__file__).resolve().parents[1] / "kdakit/pins.py"
+)
+_PINS = sys.modules[_SPEC.name] = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_PINS)
 # Dockerfile build argument -> (pins.toml table, key)
 BUILD_ARGS = {
     "TORCH_VERSION": ("packages", "torch"),
@@ -21,7 +26,7 @@ BUILD_ARGS = {
 
 
 def main(what: str) -> str:
-    pins = tomllib.loads(PINS.read_text())
+    pins = _PINS.load()
     if what == "base":
         return pins["image"]["base"]
     if what == "torch-index":

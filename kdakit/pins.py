@@ -1,4 +1,8 @@
-"""pins.toml: load it, print it, and check that the rest of the repo states the same versions."""
+"""pins.toml: load it, print it, and check that the rest of the repo states the same versions.
+
+The one reader of pins.toml. Its import needs only the standard library, so the Makefile and images/ run it
+as a script before kdakit is installed: `python3 kdakit/pins.py TABLE KEY` prints one pin.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,6 @@ import tomllib
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-
-from kdakit.errors import UsageError
 
 PINS_FILE = Path(__file__).with_name("pins.toml")  # a link to the repo root's pins.toml
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -136,6 +138,8 @@ def check(root: Path = REPO_ROOT, pins: dict | None = None) -> list[Mismatch]:
 
 
 def _run(args) -> int:
+    from kdakit.errors import UsageError
+
     if args.check:
         root = Path(args.root).resolve() if args.root else REPO_ROOT
         if not (root / "pins.toml").is_file():
@@ -155,3 +159,11 @@ def register(sub) -> None:
     p.add_argument("--check", action="store_true", help="fail (exit 1) when any file states another version")
     p.add_argument("--root", help="repository to check (default: this checkout)")
     p.set_defaults(func=_run)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3:
+        raise SystemExit(f"usage: {sys.argv[0]} TABLE KEY   (e.g. packages sglang)")
+    print(load()[sys.argv[1]][sys.argv[2]])

@@ -26,6 +26,16 @@ def csv(table: str, key: str) -> str:
     return ",".join(str(v) for v in get(table, key))
 
 
+def prefill_shapes() -> tuple[tuple[int, int], ...]:
+    """The bench's prefill shapes as (batch, tokens per sequence)."""
+    return tuple(tuple(int(n) for n in s.lower().split("x")) for s in get("bench", "prefill_shapes"))
+
+
+def prefill_token_totals() -> tuple[int, ...]:
+    """The total tokens (batch x tokens) of the bench's prefill shapes: autotune's default prefill buckets."""
+    return tuple(sorted({batch * tokens for batch, tokens in prefill_shapes()}))
+
+
 if __name__ == "__main__":  # `python kernels/shapes.py TABLE KEY`: for scripts that cannot import kdakit
     import sys
 

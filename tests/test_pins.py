@@ -89,3 +89,35 @@ def test_pins_prints_every_pin(capsys):
     assert main(["pins"]) == 0
     out = capsys.readouterr().out
     assert "packages.torch" in out and "2.14.1" in out and "cuda.min_driver" in out
+
+
+def _parses_pins(text: str) -> bool:
+    """Whether a file's text reads pins.toml itself (a TOML parser and the file's name in one file)."""
+    return "pins.toml" in text and any(w in text for w in ("tomllib", "import toml", "tomli"))
+
+
+def test_kdakit_pins_is_the_only_reader_of_pins_toml():
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    code = [
+        f
+        for f in files.split()
+        if f.endswith((".py", ".mk", "Makefile", ".sh")) and not f.startswith("tests/")
+    ]
+    readers = [f for f in code if _parses_pins((ROOT / f).read_text())]
+    assert readers == ["kdakit/pins.py"]
+    assert _parses_pins(
+        """pin = $(shell python3 -c 'import tomllib;print(tomllib.load(open("pins.toml","rb")))')"""
+    )
+
+
+def test_the_reader_runs_as_a_script_without_kdakit_for_make_and_images():
+    script = subprocess.run(
+        [sys.executable, "-I", str(ROOT / "kdakit" / "pins.py"), "packages", "sglang"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert script.stdout.strip() == pins.package("sglang")
+    made = subprocess.run(
+        ["make", "-s", "-f", "-", "show"], cwd=ROOT, capture_output=True, text=True, check=True,
+        input="include Makefile\nshow:\n\t@echo $(SGLANG_VERSION)\n",
+    )  # fmt: skip
+    assert made.stdout.strip().splitlines()[-1] == pins.package("sglang")

@@ -66,9 +66,9 @@ from kdakit.errors import UsageError
 HEAD_DIM = shapes.get("model", "head_dim")
 DRAFT_TOKENS = shapes.get("model", "draft_tokens")
 LOWER_BOUND = shapes.get("model", "lower_bound")
-POOL_SLOTS = shapes.get("autotune", "pool_slots")
+POOL_SLOTS = shapes.get("model", "pool_slots")
 SNAPSHOT_ROWS = 2 * max(BATCH_BUCKETS)
-DEFAULT_TOKENS = tuple(shapes.get("autotune", "tokens"))
+DEFAULT_TOKENS = shapes.prefill_token_totals()
 PREFILL_SLOTS = 8
 PREFILL_METHOD = (
     "helion autotune seeded with the module default, on the kernel's arguments recorded from a chunk_kda "

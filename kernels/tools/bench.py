@@ -43,11 +43,7 @@ RECORD_NAME = "kernels.result.json"
 # Configuration
 
 
-def _shape(text: str) -> tuple[int, int]:
-    batch, tokens = text.lower().split("x")
-    return int(batch), int(tokens)
-
-
+PHASES = ("prefill", "decode", "verify")
 _MODEL, _BENCH = shapes.load()["model"], shapes.load()["bench"]
 
 
@@ -55,23 +51,22 @@ _MODEL, _BENCH = shapes.load()["model"], shapes.load()["bench"]
 class BenchConfig:
     """One bench run; the defaults are kernels/shapes.toml's."""
 
-    phases: tuple[str, ...] = tuple(_BENCH["phases"])
+    phases: tuple[str, ...] = PHASES
     decode_batches: tuple[int, ...] = tuple(_BENCH["decode_batches"])
     verify_batches: tuple[int, ...] = tuple(_BENCH["verify_batches"])
     draft_tokens: int = _MODEL["draft_tokens"]
-    prefill_shapes: tuple[tuple[int, int], ...] = tuple(_shape(s) for s in _BENCH["prefill_shapes"])
+    prefill_shapes: tuple[tuple[int, int], ...] = shapes.prefill_shapes()
     heads: int = _MODEL["heads"]
     value_heads: int = _MODEL["heads"]
     head_dim: int = _MODEL["head_dim"]
     lower_bound: float = _MODEL["lower_bound"]
     replays: int = _BENCH["replays"]
     single_replays: int = _BENCH["single_replays"]
-    pool_bytes: int = _BENCH["pool_mib"] * MIB
+    pool_bytes: int = _MODEL["pool_slots"] * _MODEL["heads"] * _MODEL["head_dim"] ** 2 * 4  # fp32 states
     seed: int = 0
     kdakit_configs: str = "shipped"  # "shipped", "default", or "both" (adds the helion-kdakit-default arm)
 
 
-PHASES = ("prefill", "decode", "verify")
 # (phase, arm id) -> (column family, label). "triton" rows are the reference each change is measured against.
 ARMS = {
     "decode": {

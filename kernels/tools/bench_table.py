@@ -31,8 +31,9 @@ def _read(raw: Path) -> dict:
     return result
 
 
-def latest_raw(root: Path = RECORDS) -> Path:
-    """The kernels-bench.json under root (RUN/HOST/) created last."""
+def latest_raw(root: Path | None = None) -> Path:
+    """The kernels-bench.json under root (default: RECORDS; RUN/HOST/) created last."""
+    root = root or RECORDS
     found = sorted(root.glob(f"*/*/{RAW_NAME}"), key=lambda p: (_read(p).get("created", ""), str(p)))
     if not found:
         raise UsageError(f"no {RAW_NAME} under {root} (RUN_ID/HOST/{RAW_NAME})")
@@ -62,15 +63,16 @@ def section(raw: Path) -> str:
     return "\n".join([BEGIN, "", line, "", bench.render_table(result), "", END])
 
 
-def current(path: Path = BENCH_MD) -> str:
+def current(path: Path | None = None) -> str:
     """The section as committed in BENCH.md ("" when it has none)."""
-    text = path.read_text()
+    text = (path or BENCH_MD).read_text()
     if BEGIN not in text or END not in text:
         return ""
     return text[text.index(BEGIN) : text.index(END) + len(END)]
 
 
-def write(new: str, path: Path = BENCH_MD) -> None:
+def write(new: str, path: Path | None = None) -> None:
+    path = path or BENCH_MD
     text = path.read_text()
     if BEGIN not in text or END not in text:
         raise UsageError(f"{path} has no bench-table section ({BEGIN} ... {END})")

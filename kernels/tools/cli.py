@@ -25,6 +25,7 @@ class _DefaultsShown(argparse.HelpFormatter):
 
 def register(sub: argparse._SubParsersAction) -> None:
     from kdakit.kernels import shapes
+    from kdakit.kernels.tools import bench as bench_module
     from kdakit.kernels.tuned import PREFILL_KERNELS
 
     model, bench_defaults, tune_defaults = (shapes.load()[t] for t in ("model", "bench", "autotune"))
@@ -45,9 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Writes RESULTS_DIR/RUN_ID/HOST/kernels-bench.json and its kdakit.result.v1 record.",
         formatter_class=_DefaultsShown,
     )
-    bench.add_argument(
-        "--phases", default=shapes.csv("bench", "phases"), help="a subset of prefill,decode,verify"
-    )
+    phases = ",".join(bench_module.PHASES)
+    bench.add_argument("--phases", default=phases, help=f"a subset of {phases}")
     bench.add_argument(
         "--decode-batches", default=shapes.csv("bench", "decode_batches"), help="requests per call"
     )
@@ -104,11 +104,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tune.add_argument(
         "--heads", default=shapes.csv("autotune", "heads"), help="local KDA heads (one per TP degree)"
     )
+    tune.add_argument("--batches", default=shapes.csv("buckets", "batch"), help="decode/verify batch buckets")
     tune.add_argument(
-        "--batches", default=shapes.csv("autotune", "batches"), help="decode/verify batch buckets"
-    )
-    tune.add_argument(
-        "--tokens", default=shapes.csv("autotune", "tokens"),
+        "--tokens", default=",".join(map(str, shapes.prefill_token_totals())),
         help=f"prefill total-token buckets (of {shapes.csv('buckets', 'prefill_tokens')})",
     )  # fmt: skip
     tune.add_argument(

@@ -123,7 +123,7 @@ def max_abs(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float(diff.max()) if diff.numel() else 0.0
 
 
-def prefill_case(lens, H=16, K=128, V=128, slots=8, seed=0, device="cuda", lower_bound=-5.0) -> dict:
+def prefill_case(lens, H, K, V, slots, lower_bound, seed=0, device="cuda") -> dict:
     """Inputs of `chunk_kda` for sequences of `lens` tokens (H = HV, raw g and beta, fp32 pool)."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     T = sum(lens)
