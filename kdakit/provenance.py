@@ -129,15 +129,18 @@ def write_json_atomic(path: Path | str, data: object) -> Path:
     """Write JSON to a temp file beside path, fsync, then rename over path: readers see the old file or the
     new one, never a part; a failed write (disk full, read-only) leaves no partial file behind."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=False)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None  # name the record, not the temp file
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -269,7 +272,10 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"rollout: {verdict}")
         return 0 if all_ok else 1
     except OSError as exc:
-        print(f"kdakit provenance: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        print(
+            f"kdakit provenance: cannot write {exc.filename or args.cmd}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
         return 1
 
 

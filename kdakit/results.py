@@ -107,12 +107,21 @@ def write_result(path: Path | str, record: dict) -> Path:
     if not path.name.endswith(RESULT_SUFFIX):
         raise ResultError(f"{path}: result files must end in {RESULT_SUFFIX}")
     validate(record, str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f, indent=2, sort_keys=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    text = json.dumps(record, indent=2, sort_keys=False) + "\n"
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        # disk full, read-only or missing destination: one line naming the path; no partial file stays
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise ResultError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
 
 
