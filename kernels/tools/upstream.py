@@ -7,7 +7,7 @@ git-ignored folder, next to a handful of tiny stand-ins for the top-level SGLang
 stored in this repository.
 
     kernels = load()                    # "auto": installed SGLang if it imports, else the extracted tree
-    kernels.helion_packed_decode(...)   # SGLang 0.5.23's signatures, see sglang-kda notes
+    kernels.helion_packed_decode(...)   # SGLang's own signatures (the pinned version's)
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def sglang_version() -> str:
 
 
 def cache_dir() -> Path:
-    """Where downloaded wheels and extracted trees live (git-ignored .carry/ in a checkout)."""
+    """Where downloaded wheels and extracted trees live ($KDAKIT_CACHE_DIR, default ~/.cache/kdakit)."""
     env = os.environ.get("KDAKIT_CACHE_DIR")
     if env:
         return Path(env)
@@ -227,23 +227,27 @@ def default_extract_dir() -> Path:
     return cache_dir() / f"sglang-{sglang_version()}"
 
 
+def wheel_folders() -> list[Path]:
+    """Where a pinned wheel may already lie: the cache, and `make setup`'s wheel folder of this checkout and
+    of the current directory's."""
+    checkout = Path(__file__).resolve().parents[2]
+    return [cache_dir() / "wheels", checkout / ".cache" / "wheels", Path.cwd() / ".cache" / "wheels"]
+
+
 def _wheel_candidates() -> list[Path]:
     pattern = f"sglang-{sglang_version()}-*.whl"
     found: list[Path] = []
     env = os.environ.get("KDAKIT_SGLANG_WHEEL")
     if env:
         found.append(Path(env))
-    # The cache, `make setup`'s wheel folder in a checkout, and where the dev box keeps pinned wheels.
-    checkout_wheels = Path(__file__).resolve().parent.parent / ".cache" / "wheels"
-    folders = (cache_dir() / "wheels", checkout_wheels, Path.cwd() / ".cache" / "wheels", Path("/tmp/wheels"))
-    for folder in folders:
+    for folder in wheel_folders():
         if folder.is_dir():
             found.extend(sorted(folder.glob(pattern)))
     return found
 
 
 def find_wheel(download: bool = True) -> Path:
-    """The pinned SGLang wheel: $KDAKIT_SGLANG_WHEEL, the cache, /tmp/wheels, else `pip download` it."""
+    """The pinned SGLang wheel: $KDAKIT_SGLANG_WHEEL, one in wheel_folders(), else `pip download` it."""
     for path in _wheel_candidates():
         if path.is_file():
             return path

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from kdakit.kernels.tools import bench, upstream
@@ -206,6 +207,18 @@ def test_upstream_kernels_extract_from_the_pinned_wheel(tmp_path):
             assert (root / name).read_bytes() == zf.read(name)
     assert "kdakit stand-in" in (root / "sglang/__init__.py").read_text()
     assert upstream.extract(tmp_path / "tree") == root  # already there: not extracted again
+
+
+def test_the_pinned_wheel_is_found_in_this_checkouts_wheel_folder_from_any_directory(tmp_path, monkeypatch):
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KDAKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KDAKIT_SGLANG_WHEEL", raising=False)
+    assert root / ".cache" / "wheels" in upstream.wheel_folders()
+    (tmp_path / "cache" / "wheels").mkdir(parents=True)
+    wheel = tmp_path / "cache" / "wheels" / f"sglang-{upstream.sglang_version()}-py3-none-any.whl"
+    wheel.write_bytes(b"")
+    assert upstream.find_wheel(download=False) == wheel
 
 
 def test_upstream_loader_returns_sglangs_entry_points(tmp_path, monkeypatch):
