@@ -2,8 +2,17 @@
 
 For every point of the protocol: an optional warm-up run, then `runs` runs of
 `python -m sglang.benchmark.serving`, each into a fresh JSONL file (the client appends), each checked for
-`completed == num_prompts`. The median output throughput of the runs is the point's number. Raw files
-(JSONL lines and console logs) stay beside the record `<arm>-<protocol>.result.json`.
+`completed == num_prompts`. With `flush_cache` (the protocols' default) every client run passes
+`--flush-cache`: the client flushes the server's prefix cache after its own warm-up request and before the
+measured requests, and since SGLang resets its speculative-decoding counters on a flush, the accept length
+the client reads afterwards covers that run's requests only. Every client run has the protocol's request
+and run limits (kdakit.bounded); a hung point is recorded as such, the points before it are kept and the
+rest are marked not run. GPU telemetry is sampled throughout (kdakit.telemetry), the measured runs marked.
+
+The median output throughput of the runs is the point's number (`pr`, as the PR did); the record also keeps
+mean, spread and every run, and the report pools every record (repeat) of a point (kdakit.stats). Raw files
+(JSONL lines and console logs) stay beside the record `<arm>-<protocol>.result.json`; a re-run gets
+`<arm>-<protocol>-2.result.json` and counts as the next repeat.
 """
 
 from __future__ import annotations
@@ -11,8 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
-import subprocess
+import statistics
 import sys
 import time
 import tomllib
@@ -29,7 +39,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from kdakit import context, results
+from kdakit import bounded, context, results, telemetry
 from kdakit.errors import UsageError
 
 PROTOCOLS_FILE = Path(__file__).with_name("protocols.toml")
@@ -66,6 +76,11 @@ class Protocol:
     warmup: bool
     metric: str
     points: tuple[Point, ...] = field(default_factory=tuple)
+    flush_cache: bool = True
+    request_timeout_s: float = 900.0  # longest the client may print nothing (a request hung)
+    run_timeout_s: float = 7200.0  # one client run
+    repeats: int = 1  # visits per arm the protocol asks for (interleaved triton, helion, triton, ...)
+    band_pct: float = 1.0  # the "within" band of the helion/triton verdicts
 
 
 def load_protocols(path: Path = PROTOCOLS_FILE) -> dict[str, Protocol]:
@@ -114,12 +129,17 @@ def client_argv(
         "--temperature", str(protocol.temperature),
         "--output-file", str(output_file),
         "--tag", tag,
+        "--output-details",  # per-request errors (with their HTTP reasons) in the JSONL line
     ]  # fmt: skip
+    if protocol.flush_cache:
+        argv.append("--flush-cache")  # after the client's warm-up request, before the measured ones
     return argv
 
 
 class RunFailed(Exception):
-    pass
+    def __init__(self, message: str, http_errors: dict | None = None):
+        super().__init__(message)
+        self.http_errors = http_errors or {}
 
 
 def parse_client_output(path: Path, num_prompts: int) -> dict:
@@ -139,8 +159,14 @@ def parse_client_output(path: Path, num_prompts: int) -> dict:
     missing = [k for k in ("completed", "output_throughput", "total_throughput", "duration") if k not in row]
     if missing:
         raise RunFailed(f"{path.name}: no {', '.join(missing)} in the client's output")
+    errors = [e for e in row.get("errors") or [] if e]
+    http_errors = bounded.http_error_counts(errors)
     if row["completed"] != num_prompts:
-        raise RunFailed(f"completed {row['completed']} of {num_prompts} requests")
+        codes = ", ".join(f"HTTP {c} x{n}" for c, n in sorted(http_errors.items()))
+        raise RunFailed(
+            f"completed {row['completed']} of {num_prompts} requests" + (f" ({codes})" if codes else ""),
+            http_errors,
+        )
     return {
         "completed": int(row["completed"]),
         "num_prompts": num_prompts,
@@ -152,22 +178,28 @@ def parse_client_output(path: Path, num_prompts: int) -> dict:
         "median_tpot_ms": row.get("median_tpot_ms"),
         "median_itl_ms": row.get("median_itl_ms"),
         "server_info": row.get("server_info"),
+        "http_errors": http_errors,
     }
 
 
-def summarize_point(point: Point, runs: list[dict], expected_runs: int, error: str | None) -> dict:
-    """The point's record: ok only when every run succeeded; medians over the runs."""
+def summarize_point(
+    point: Point, runs: list[dict], expected_runs: int, error: str | None, status: str | None = None
+) -> dict:
+    """The point's record: ok only when every run succeeded; medians (and mean, spread) over the runs."""
     ok = error is None and len(runs) == expected_runs
     accept = [r["accept_length"] for r in runs if isinstance(r.get("accept_length"), int | float)]
+    values = [r["output_throughput"] for r in runs]
     summary = {
         "input_len": point.input_len,
         "output_len": point.output_len,
         "concurrency": point.concurrency,
         "num_prompts": point.num_prompts,
-        "status": "ok" if ok else "failed",
+        "status": "ok" if ok else (status or "failed"),
         "runs": runs,
-        "median_output_throughput": results.median([r["output_throughput"] for r in runs]) if ok else None,
+        "median_output_throughput": results.median(values) if ok else None,
         "median_total_throughput": results.median([r["total_throughput"] for r in runs]) if ok else None,
+        "mean_output_throughput": statistics.fmean(values) if ok else None,
+        "stdev_output_throughput": statistics.stdev(values) if ok and len(values) > 1 else None,
         "accept_length": results.median(accept),
     }
     if error:
@@ -175,11 +207,12 @@ def summarize_point(point: Point, runs: list[dict], expected_runs: int, error: s
     return summary
 
 
-def _run_client(cmd: list[str], argv: list[str], log: Path) -> int:
-    with open(log, "w") as f:
-        f.write("$ " + shlex.join(cmd + argv) + "\n")
-        f.flush()
-        return subprocess.call(cmd + argv, stdout=f, stderr=subprocess.STDOUT)
+def _run_client(cmd: list[str], argv: list[str], log: Path, protocol: Protocol) -> bounded.Outcome:
+    log.write_text("$ " + shlex.join(cmd + argv) + "\n")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")  # progress reaches the stall watchdog as it happens
+    return bounded.run_bounded(
+        cmd + argv, log, stall_s=protocol.request_timeout_s, total_s=protocol.run_timeout_s, env=env
+    )
 
 
 def _tokenizer(args: argparse.Namespace, info: dict | None) -> str:
@@ -246,14 +279,33 @@ def run_serving(args: argparse.Namespace) -> int:
             eta = f"{elapsed / done * (n * runs - done):.0f} s" if done else "unknown"
             console.print(f"[bench] {text}: elapsed {elapsed:.0f} s, ETA {eta}", markup=False, soft_wrap=True)
 
+    recorder = telemetry.Recorder(raw / "telemetry.csv").start()
+    hung: str | None = None
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("serving benchmark", total=n * runs)
         for i, point in enumerate(protocol.points, 1):
             folder = raw / point.label
             folder.mkdir()
             where_text = f"point {i}/{n} ({point.input_len}/{point.output_len}, C{point.concurrency})"
+            if hung:
+                points.append(summarize_point(point, [], runs, f"not run: {hung}", status="missing"))
+                progress.advance(task, runs)
+                continue
             common = dict(base_url=base_url, tokenizer=tokenizer, dataset=dataset, dataset_path=dataset_path)
-            error = None
+            error, status, http_errors = None, None, {}
+
+            def limited(outcome: bounded.Outcome, what: str) -> str | None:
+                """The point's error when a limit stopped the client (and the bench stops too)."""
+                nonlocal status, hung
+                if outcome.status == "exited":
+                    return None
+                status = "hung" if outcome.status == "stalled" else "timed out"
+                hung = bounded.hung_line(
+                    f"bench {point.label} {what}", where["host"], base_url, outcome,
+                    protocol.request_timeout_s, protocol.run_timeout_s,
+                )  # fmt: skip
+                return hung
+
             if protocol.warmup:
                 step(progress, task, f"{where_text} warm-up")
                 argv = client_argv(
@@ -261,7 +313,9 @@ def run_serving(args: argparse.Namespace) -> int:
                     num_prompts=point.concurrency, tag=f"kdakit:{stem}:{point.label}:warmup",
                     model=args.model,
                 )  # fmt: skip
-                if _run_client(cmd, argv, folder / "warmup.log") != 0:
+                outcome = _run_client(cmd, argv, folder / "warmup.log", protocol)
+                error = limited(outcome, "warm-up")
+                if error is None and not outcome.ok:
                     error = f"warm-up failed (see {point.label}/warmup.log)"
             point_runs: list[dict] = []
             for j in range(1, runs + 1):
@@ -273,22 +327,31 @@ def run_serving(args: argparse.Namespace) -> int:
                     protocol, point, **common, output_file=jsonl, num_prompts=point.num_prompts,
                     tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
                 )  # fmt: skip
-                code = _run_client(cmd, argv, folder / f"run{j}.log")
+                with recorder.window(f"{point.label} run {j}"):
+                    outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol)
+                error = limited(outcome, f"run {j}")
+                if error:
+                    break
                 try:
                     parsed = parse_client_output(jsonl, point.num_prompts)
-                    if code != 0:
-                        raise RunFailed(f"client exited {code}")
+                    if outcome.code != 0:
+                        raise RunFailed(f"client exited {outcome.code}", parsed["http_errors"])
                 except RunFailed as exc:
                     error = f"run {j}: {exc} (see {point.label}/run{j}.log)"
+                    http_errors = exc.http_errors
                     break
                 server_info = parsed.pop("server_info")
                 if server_args is None and isinstance(server_info, dict):
                     server_args = server_info
                 parsed["index"] = j
                 parsed["raw_file"] = f"{stem}/{point.label}/run{j}.jsonl"
+                parsed["flushed"] = protocol.flush_cache
                 point_runs.append(parsed)
                 progress.advance(task)
-            summary = summarize_point(point, point_runs, runs, error)
+            summary = summarize_point(point, point_runs, runs, error, status)
+            summary["flush_cache"] = protocol.flush_cache
+            if http_errors:
+                summary["http_errors"] = http_errors
             progress.advance(task, runs - len(point_runs))
             points.append(summary)
             if summary["status"] == "ok":
@@ -303,30 +366,51 @@ def run_serving(args: argparse.Namespace) -> int:
                 )
             else:
                 progress.console.print(
-                    f"{where_text}: FAILED: {error}", style="red", markup=False, soft_wrap=True
-                )
+                    f"{where_text}: {summary['status'].upper()}: {error}", style="red", markup=False,
+                    soft_wrap=True,
+                )  # fmt: skip
+    tel = recorder.stop()
+    if hung:
+        print(f"[bench] {hung}", file=sys.stderr)
+    for line in tel.get("warnings", []):
+        print(f"[bench] telemetry warning: {line}", file=sys.stderr)
 
     notes = [
         f"client python -m sglang.benchmark.serving, backend {protocol.backend}, source {protocol.source}"
     ]
+    if protocol.flush_cache:
+        notes.append("prefix cache flushed after each client warm-up, before every measured run")
     if dataset == "random-ids":
         notes.append(RANDOM_IDS_NOTE)
+    if hung:
+        notes.append(f"partial: {hung}; later points not run")
+    notes += tel.get("warnings", [])
+    mine = re.compile(rf"{re.escape(where['arm'])}-{re.escape(protocol.name)}(-\d+)?\.result\.json")
+    previous = sum(1 for f in out.iterdir() if mine.fullmatch(f.name))
     metrics = {
         "dataset": dataset
         if dataset == "random-ids"
         else f"random (ShareGPT text: {Path(dataset_path).name})",
         "backend": protocol.backend,
         "runs_per_point": runs,
+        "repeat_index": previous + 1,  # the records of this arm and protocol already in this folder, plus one
+        "repeats_planned": protocol.repeats,
+        "flush_cache": protocol.flush_cache,
+        "request_timeout_s": protocol.request_timeout_s,
+        "run_timeout_s": protocol.run_timeout_s,
+        "partial": hung is not None,
         "server_args": server_args if server_args is not None else info,
         "points": points,
+        "telemetry": tel,
     }
+    artifacts = [stem] + ([f"{stem}/{tel['file']}"] if tel.get("file") else [])
     record = context.new_record(
         "serving",
         where,
         protocol=protocol.name,
         metrics=metrics,
         notes=notes,
-        artifacts=[stem],
+        artifacts=artifacts,
     )
     path = results.write_result(out / f"{stem}.result.json", record)
     failed = [p for p in points if p["status"] != "ok"]

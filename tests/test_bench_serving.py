@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import statistics
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -37,23 +40,27 @@ temperature = 0.0
 runs = {runs}
 warmup = {warmup}
 metric = "output_throughput"
+{extra}
 points = [{points}]
 """
 
 
-def write_protocols(folder: Path, points: list[str], runs: int, warmup: bool) -> Path:
+def write_protocols(folder: Path, points: list[str], runs: int, warmup: bool, extra: str = "") -> Path:
     path = folder / "protocols.toml"
-    text = ONE_POINT.format(runs=runs, warmup=str(warmup).lower(), points=", ".join(points))
+    text = ONE_POINT.format(runs=runs, warmup=str(warmup).lower(), points=", ".join(points), extra=extra)
     path.write_text(text)
     return path
 
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory):
-    """One run of `python -m sglang.benchmark.serving` via `kdakit bench serving` (about 20 s: imports)."""
+    """Two runs of `python -m sglang.benchmark.serving` via `kdakit bench serving` (about 20 s each: imports).
+
+    The double's accept length drifts by 0.125 per request, so a run's accept length tells which requests
+    it covers; its request log shows every generation request and every flush in order."""
     tmp = tmp_path_factory.mktemp("bench-real")
     tokenizer = tiny_tokenizer.build(tmp / "tok")
-    args = ["--accept-length", "3.25"]
+    args = ["--accept-length", "3.25", "--accept-drift", "0.125", "--request-log", str(tmp / "requests.jsonl")]
     for phase in ("prefill", "decode", "verify"):
         args += ["--server-arg", f"linear_attn_{phase}_backend=helion"]
     proc, url = fake.start_background(*args)
@@ -61,7 +68,7 @@ def real_run(tmp_path_factory):
         protocols = write_protocols(
             tmp,
             ["{ input_len = 48, output_len = 12, concurrency = 2, num_prompts = 4 }"],
-            runs=1,
+            runs=2,
             warmup=False,
         )
         code = cli.main(
@@ -72,17 +79,37 @@ def real_run(tmp_path_factory):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-    return code, tmp / "serving"
+    return code, tmp / "serving", tmp / "requests.jsonl"
+
+
+def test_each_run_flushes_and_its_accept_length_covers_only_its_own_requests(real_run):
+    code, out, request_log = real_run
+    assert code == 0
+    record = results.read_result(out / "helion-tiny.result.json")
+    (point,) = record["metrics"]["points"]
+    log = [json.loads(line) for line in request_log.read_text().splitlines()]
+    # Per client run: its own warm-up request, the flush, then the measured requests.
+    kinds = ["flush" if e.get("event") == "flush" else "gen" for e in log]
+    assert kinds == ["gen", "flush", "gen", "gen", "gen", "gen"] * 2
+    lifetime = statistics.fmean(e["accept_length"] for e in log if "n" in e)
+    for j, run in enumerate(point["runs"]):
+        measured = log[6 * j + 2 : 6 * j + 6]
+        assert run["accept_length"] == pytest.approx(statistics.fmean(e["accept_length"] for e in measured))
+        assert run["accept_length"] != pytest.approx(lifetime) and run["flushed"] is True
+    assert point["runs"][1]["accept_length"] - point["runs"][0]["accept_length"] == pytest.approx(5 * 0.125)
+    assert point["flush_cache"] is True and record["metrics"]["flush_cache"] is True
+    assert "--flush-cache" in (out / "helion-tiny" / "i48-o12-c2" / "run2.log").read_text().splitlines()[0]
+    assert any("prefix cache flushed" in note for note in record["notes"])
 
 
 def test_real_client_output_is_parsed_and_recorded(real_run):
-    code, out = real_run
+    code, out, _ = real_run
     assert code == 0
     record = results.read_result(out / "helion-tiny.result.json")  # arm detected from the server's KDA flags
     assert record["arm"] == "helion"
     (point,) = record["metrics"]["points"]
-    assert point["status"] == "ok" and point["accept_length"] == 3.25
-    (run,) = point["runs"]
+    assert point["status"] == "ok"
+    run, run2 = point["runs"]
     assert run["completed"] == run["num_prompts"] == 4
     raw = out / run["raw_file"]
     lines = raw.read_text().splitlines()
@@ -92,16 +119,20 @@ def test_real_client_output_is_parsed_and_recorded(real_run):
     assert line["backend"] == "sglang" and line["dataset_name"] == "random-ids"
     assert (line["random_input_len"], line["random_output_len"], line["random_range_ratio"]) == (48, 12, 1.0)
     assert line["max_concurrency"] == 2 and line["total_output_tokens"] == 4 * 12
-    assert line["output_throughput"] == run["output_throughput"] == point["median_output_throughput"] > 0
+    assert line["output_throughput"] == run["output_throughput"] > 0
+    assert point["median_output_throughput"] == (run["output_throughput"] + run2["output_throughput"]) / 2
     assert record["metrics"]["server_args"]["linear_attn_decode_backend"] == "helion"
-    assert record["metrics"]["server_args"]["internal_states"][0]["avg_spec_accept_length"] == 3.25
+    assert record["metrics"]["server_args"]["internal_states"][0]["avg_spec_accept_length"] == pytest.approx(
+        run["accept_length"]
+    )
     assert any("random-ids" in note and "acceptance length" in note for note in record["notes"])
     log = (out / "helion-tiny" / "i48-o12-c2" / "run1.log").read_text()
     assert "sglang.benchmark.serving" in log.splitlines()[0] and "--seed 42" in log.splitlines()[0]
 
 
 REPLAY_CLIENT = """
-import json, sys
+import json, sys, time
+print("replay client", flush=True)
 argv = sys.argv[1:]
 opt = lambda name: argv[argv.index(name) + 1]
 template = json.loads(open({template!r}).read())
@@ -112,8 +143,12 @@ with open({calls!r}, "a") as f:
 step = plan.get(tag.split(":", 2)[2], "ok")
 if step == "crash":
     sys.exit(5)
+if step == "hang":  # a request that never returns
+    time.sleep(120)
 row = dict(template, tag=tag, max_concurrency=int(opt("--max-concurrency")))
-row["completed"] = int(opt("--num-prompts")) - (1 if step == "short" else 0)
+row["completed"] = int(opt("--num-prompts")) - (1 if step in ("short", "http500") else 0)
+if step == "http500":  # what the real client keeps with --output-details: aiohttp's reason, then the body
+    row["errors"] = ["", "Internal Server Error: boom"]
 if isinstance(step, (int, float)):
     row["output_throughput"] = step
 with open(opt("--output-file"), "a") as f:  # the real client appends
@@ -122,19 +157,10 @@ with open(opt("--output-file"), "a") as f:  # the real client appends
 
 
 def test_median_of_three_warmups_and_failures_kept(real_run, tmp_path, capsys):
-    _, out = real_run
-    template = tmp_path / "line.json"
-    template.write_text((out / "helion-tiny" / "i48-o12-c2" / "run1.jsonl").read_text().splitlines()[0])
+    _, out, _ = real_run
     plan = {"i32-o16-c1:run1": 100.0, "i32-o16-c1:run2": 300.0, "i32-o16-c1:run3": 200.0,
             "i64-o8-c4:run2": "short", "i64-o8-c8:warmup": "crash"}  # fmt: skip
-    (tmp_path / "plan.json").write_text(json.dumps(plan))
-    client = tmp_path / "client.py"
-    calls = tmp_path / "calls.txt"
-    client.write_text(
-        textwrap.dedent(REPLAY_CLIENT).format(
-            template=str(template), plan=str(tmp_path / "plan.json"), calls=str(calls)
-        )
-    )
+    client, calls = _replay_client(tmp_path, out, plan)
     protocols = write_protocols(
         tmp_path,
         ["{ input_len = 32, output_len = 16, concurrency = 1, num_prompts = 2 }",
@@ -177,6 +203,63 @@ def test_median_of_three_warmups_and_failures_kept(real_run, tmp_path, capsys):
     assert "[bench] point 3/3 (64/8, C8) warm-up: elapsed " in captured.err and ", ETA " in captured.err
 
 
+def _replay_client(tmp_path: Path, real_out: Path, plan: dict) -> tuple[Path, Path]:
+    template = tmp_path / "line.json"
+    template.write_text((real_out / "helion-tiny" / "i48-o12-c2" / "run1.jsonl").read_text().splitlines()[0])
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    client, calls = tmp_path / "client.py", tmp_path / "calls.txt"
+    client.write_text(
+        textwrap.dedent(REPLAY_CLIENT).format(
+            template=str(template), plan=str(tmp_path / "plan.json"), calls=str(calls)
+        )
+    )
+    return client, calls
+
+
+def test_hung_point_stops_the_bench_within_its_limit_keeps_earlier_points_and_http_status(
+    real_run, tmp_path, capsys
+):
+    _, out, _ = real_run
+    client, calls = _replay_client(tmp_path, out, {"i32-o16-c1:run1": "http500", "i64-o8-c8:run1": "hang"})
+    protocols = write_protocols(
+        tmp_path,
+        ["{ input_len = 32, output_len = 16, concurrency = 1, num_prompts = 2 }",
+         "{ input_len = 64, output_len = 8, concurrency = 4, num_prompts = 8 }",
+         "{ input_len = 64, output_len = 8, concurrency = 8, num_prompts = 8 }",
+         "{ input_len = 64, output_len = 8, concurrency = 16, num_prompts = 16 }"],
+        runs=1, warmup=False, extra="request_timeout_s = 2",
+    )  # fmt: skip
+    proc, url = fake.start_background()
+    started = time.monotonic()
+    try:
+        code = cli.main(
+            ["bench", "serving", "--base-url", url, "--protocol", "tiny", "--protocols", str(protocols),
+             "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o"), "--arm", "triton", "--host", "h7",
+             "--client-cmd", f"{sys.executable} {client}"]
+        )  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert code == 1 and time.monotonic() - started < 30  # the hung client sleeps 120 s
+    record = results.read_result(tmp_path / "o" / "triton-tiny.result.json")
+    p1, p2, p3, p4 = record["metrics"]["points"]
+    assert p1["status"] == "failed" and p1["http_errors"] == {"500": 1}
+    assert p1["error"].startswith("run 1: completed 1 of 2 requests (HTTP 500 x1)")
+    assert p2["status"] == "ok" and len(p2["runs"]) == 1  # kept
+    assert p3["status"] == "hung" and p3["runs"] == []
+    assert p4["status"] == "missing" and p4["error"].startswith("not run: bench i64-o8-c8 run 1 on host h7")
+    assert record["metrics"]["partial"] is True
+    hung = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[bench] bench i64-o8-c8 run 1")]
+    assert len(hung) == 1 and re.fullmatch(
+        r"\[bench\] bench i64-o8-c8 run 1 on host h7: no request finished for 2 s \(request_timeout_s\); "
+        rf"server {re.escape(url)} hung; stopped after [2-9] s",
+        hung[0],
+    )
+    assert [t.split(":", 2)[2] for t in calls.read_text().split()] == [
+        "i32-o16-c1:run1", "i64-o8-c4:run1", "i64-o8-c8:run1"
+    ]  # fmt: skip
+
+
 def test_pr_protocol_client_flags():
     protocol = serving.load_protocols()["pr"]
     assert [(p.input_len, p.concurrency, p.num_prompts) for p in protocol.points] == [
@@ -191,7 +274,7 @@ def test_pr_protocol_client_flags():
                  "--random-input-len 4096", "--random-output-len 1024", "--random-range-ratio 1.0",
                  "--num-prompts 192",
                  "--max-concurrency 48", "--request-rate inf", "--seed 42", "--temperature 0.0",
-                 "--output-file /o/run1.jsonl"):  # fmt: skip
+                 "--output-file /o/run1.jsonl", "--output-details", "--flush-cache"):  # fmt: skip
         assert flag in text
     assert "--disable-ignore-eos" not in text  # EOS ignored, the client's default
     assert protocol.runs == 3 and protocol.warmup
