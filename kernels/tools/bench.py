@@ -681,6 +681,47 @@ def _arm_entry(status: str, **kw) -> dict:
     return {"status": status, **kw}
 
 
+def run_arms(phase: str, row: dict, arms: dict, missing: dict, observe: Callable, time_arm: Callable) -> None:
+    """Check, then time, every arm of `phase` into row["arms"]. observe(arm, fn) -> ({name: tensor}, {flag:
+    bool}) runs the arm once on the check inputs; the first arm that runs (SGLang's Triton) is the reference
+    the others' relative errors are measured against. time_arm(arm, fn) -> the entry's timing fields. An
+    arm that raises is recorded ("missing" where SGLang's CUDA-JIT toolchain is absent, else "failed")."""
+    reference = None
+    for arm in ARMS[phase]:
+        key = f"{phase}:{arm}"
+        if key not in arms:
+            if arm not in OPTIONAL_ARMS:
+                row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
+            continue
+        fn = arms[key]
+        try:
+            outputs, flags = observe(arm, fn)
+            if reference is None:
+                reference = outputs
+                check = _check(dict.fromkeys(outputs, 0.0), TOLERANCES, {"reference": arm, **flags})
+            else:
+                errors = {name: rel_err(out, reference[name]) for name, out in outputs.items()}
+                check = _check(errors, {name: TOLERANCES[name] for name in outputs}, flags)
+            row["arms"][arm] = _arm_entry("ok", check=check, **time_arm(arm, fn))
+        except Exception as exc:
+            # SGLang's CUDA-JIT toolchain is absent from the extracted kernel tree: not a kernel failure.
+            status = "missing" if type(exc).__name__ == "CudaJitUnavailable" else "failed"
+            row["arms"][arm] = _arm_entry(status, error=f"{type(exc).__name__}: {exc}"[:2000])
+            if arm == "triton":
+                reference = None
+
+
+def _time_rotating(timer: GraphTimer, calls: list[Callable[[], Any]]) -> dict:
+    """Per-call samples of a graph of `calls` (slots rotating) and single-call replays of the first."""
+    _warm(calls[0])
+    per_call = timer.per_call(calls)
+    single = timer.single_call(calls[0])
+    return dict(
+        per_call=summarize(per_call), single_call=summarize(single), samples_us=per_call,
+        single_samples_us=single,
+    )  # fmt: skip
+
+
 def bench_decode(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer: GraphTimer, gen) -> dict:
     torch = _torch()
     H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
@@ -700,48 +741,23 @@ def bench_decode(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer:
     # Check every arm against Triton on its own copy of a few slots, outputs poisoned first.
     check_pool = pool[: 2 * batch].clone()
     check_idx = torch.arange(batch, 2 * batch, dtype=torch.int32, device="cuda").flip(0).contiguous()
-    reference = None
-    for arm in ARMS["decode"]:
-        key = f"decode:{arm}"
-        if key not in arms:
-            if arm not in OPTIONAL_ARMS:
-                row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
-            continue
-        fn = arms[key]
-        try:
-            state = check_pool.clone()
-            inputs[0]["out"].fill_(float("nan"))
-            out = decode_call(arm, fn, cfg, inputs[0], A_log, dt_bias, state, check_idx, qsl).clone()
-            torch.cuda.synchronize()
-            if reference is None:
-                reference = (out, state)
-                check = _check({"out": 0.0, "state": 0.0}, TOLERANCES, {"reference": arm})
-            else:
-                untouched = bool(torch.equal(state[:batch], check_pool[:batch]))
-                check = _check(
-                    {"out": rel_err(out, reference[0]), "state": rel_err(state, reference[1])},
-                    {"out": TOLERANCES["out"], "state": TOLERANCES["state"]},
-                    {"other_slots_untouched": untouched},
-                )
 
-            def make(i, arm=arm, fn=fn):
-                x = inputs[i % len(inputs)]
-                return lambda: decode_call(arm, fn, cfg, x, A_log, dt_bias, pool, idx[i], qsl)
+    def observe(arm, fn):
+        state = check_pool.clone()
+        inputs[0]["out"].fill_(float("nan"))
+        out = decode_call(arm, fn, cfg, inputs[0], A_log, dt_bias, state, check_idx, qsl).clone()
+        torch.cuda.synchronize()
+        untouched = bool(torch.equal(state[:batch], check_pool[:batch]))
+        return {"out": out, "state": state}, {"other_slots_untouched": untouched}
 
-            calls = [make(i) for i in range(n_calls)]
-            _warm(calls[0])
-            per_call = timer.per_call(calls)
-            single = timer.single_call(calls[0])
-            row["arms"][arm] = _arm_entry(
-                "ok", check=check, per_call=summarize(per_call), single_call=summarize(single),
-                samples_us=per_call, single_samples_us=single,
-            )  # fmt: skip
-        except Exception as exc:
-            # SGLang's CUDA-JIT toolchain is absent from the extracted kernel tree: not a kernel failure.
-            status = "missing" if type(exc).__name__ == "CudaJitUnavailable" else "failed"
-            row["arms"][arm] = _arm_entry(status, error=f"{type(exc).__name__}: {exc}"[:2000])
-            if arm == "triton":
-                reference = None
+    def time_arm(arm, fn):
+        def make(i):
+            x = inputs[i % len(inputs)]
+            return lambda: decode_call(arm, fn, cfg, x, A_log, dt_bias, pool, idx[i], qsl)
+
+        return _time_rotating(timer, [make(i) for i in range(n_calls)])
+
+    run_arms("decode", row, arms, missing, observe, time_arm)
     return row
 
 
@@ -779,49 +795,24 @@ def bench_verify(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer:
     check_idx = idx[0]
     check_rows = rows[0]
     pool_before = pool[check_idx.long()].clone()
-    reference = None
-    for arm in ARMS["verify"]:
-        key = f"verify:{arm}"
-        if key not in arms:
-            if arm not in OPTIONAL_ARMS:
-                row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
-            continue
-        fn = arms[key]
-        try:
-            snapshots.fill_(float("nan"))
-            out = verify_call(arm, fn, cfg, inputs[0], A_log, dt_bias, pool, check_idx, check_rows, qsl,
-                              snapshots).clone()  # fmt: skip
-            snaps = snapshots[check_rows.long()].clone()
-            torch.cuda.synchronize()
-            pool_untouched = bool(torch.equal(pool[check_idx.long()], pool_before))
-            if reference is None:
-                reference = (out, snaps)
-                check = _check({"out": 0.0, "state": 0.0}, TOLERANCES,
-                               {"reference": arm, "pool_untouched": pool_untouched})  # fmt: skip
-            else:
-                check = _check(
-                    {"out": rel_err(out, reference[0]), "state": rel_err(snaps, reference[1])},
-                    {"out": TOLERANCES["out"], "state": TOLERANCES["state"]},
-                    {"pool_untouched": pool_untouched},
-                )
 
-            def make(i, arm=arm, fn=fn):
-                x = inputs[i % len(inputs)]
-                r, slots = rows[i], idx[i]
-                return lambda: verify_call(arm, fn, cfg, x, A_log, dt_bias, pool, slots, r, qsl, snapshots)
+    def observe(arm, fn):
+        snapshots.fill_(float("nan"))
+        out = verify_call(arm, fn, cfg, inputs[0], A_log, dt_bias, pool, check_idx, check_rows, qsl,
+                          snapshots).clone()  # fmt: skip
+        snaps = snapshots[check_rows.long()].clone()
+        torch.cuda.synchronize()
+        pool_untouched = bool(torch.equal(pool[check_idx.long()], pool_before))
+        return {"out": out, "state": snaps}, {"pool_untouched": pool_untouched}
 
-            calls = [make(i) for i in range(n_calls)]
-            _warm(calls[0])
-            per_call = timer.per_call(calls)
-            single = timer.single_call(calls[0])
-            row["arms"][arm] = _arm_entry(
-                "ok", check=check, per_call=summarize(per_call), single_call=summarize(single),
-                samples_us=per_call, single_samples_us=single,
-            )  # fmt: skip
-        except Exception as exc:
-            row["arms"][arm] = _arm_entry("failed", error=f"{type(exc).__name__}: {exc}"[:2000])
-            if arm == "triton":
-                reference = None
+    def time_arm(arm, fn):
+        def make(i):
+            x, r, slots = inputs[i % len(inputs)], rows[i], idx[i]
+            return lambda: verify_call(arm, fn, cfg, x, A_log, dt_bias, pool, slots, r, qsl, snapshots)
+
+        return _time_rotating(timer, [make(i) for i in range(n_calls)])
+
+    run_arms("verify", row, arms, missing, observe, time_arm)
     return row
 
 
@@ -854,44 +845,29 @@ def bench_prefill(cfg: BenchConfig, shape: tuple[int, int], arms: dict, missing:
     restore_samples = timer.per_call([restore] * calls)
     row["restore"] = summarize(restore_samples)
     restore_median = row["restore"]["median"]
-    reference = None
-    for arm in ARMS["prefill"]:
-        key = f"prefill:{arm}"
-        if key not in arms:
-            if arm not in OPTIONAL_ARMS:
-                row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
-            continue
-        fn = arms[key]
-        try:
+
+    def observe(arm, fn):
+        restore()
+        pool.copy_(pool0)
+        out = prefill_call(fn, cfg, x, A_log, dt_bias, pool, idx, cu).clone()
+        state = pool[idx.long()].clone()
+        torch.cuda.synchronize()
+        return {"out": out, "prefill_state": state}, {}
+
+    def time_arm(arm, fn):
+        def call():
             restore()
-            pool.copy_(pool0)
-            out = prefill_call(fn, cfg, x, A_log, dt_bias, pool, idx, cu).clone()
-            state = pool[idx.long()].clone()
-            torch.cuda.synchronize()
-            if reference is None:
-                reference = (out, state)
-                check = _check({"out": 0.0, "prefill_state": 0.0}, TOLERANCES, {"reference": arm})
-            else:
-                check = _check(
-                    {"out": rel_err(out, reference[0]), "prefill_state": rel_err(state, reference[1])},
-                    {"out": TOLERANCES["out"], "prefill_state": TOLERANCES["prefill_state"]},
-                )
+            prefill_call(fn, cfg, x, A_log, dt_bias, pool, idx, cu)
 
-            def call(fn=fn):
-                restore()
-                prefill_call(fn, cfg, x, A_log, dt_bias, pool, idx, cu)
+        _warm(call)
+        with_restore = timer.per_call([call] * calls)
+        per_call = [s - restore_median for s in with_restore]
+        return dict(
+            per_call=summarize(per_call), single_call=summarize([]), samples_us=per_call,
+            with_restore_us=with_restore,
+        )  # fmt: skip
 
-            _warm(call)
-            with_restore = timer.per_call([call] * calls)
-            per_call = [s - restore_median for s in with_restore]
-            row["arms"][arm] = _arm_entry(
-                "ok", check=check, per_call=summarize(per_call), single_call=summarize([]),
-                samples_us=per_call, with_restore_us=with_restore,
-            )  # fmt: skip
-        except Exception as exc:
-            row["arms"][arm] = _arm_entry("failed", error=f"{type(exc).__name__}: {exc}"[:2000])
-            if arm == "triton":
-                reference = None
+    run_arms("prefill", row, arms, missing, observe, time_arm)
     return row
 
 

@@ -105,6 +105,48 @@ def _result() -> dict:
     }
 
 
+class CudaJitUnavailable(RuntimeError):  # the name SGLang's extracted tree raises without its JIT toolchain
+    pass
+
+
+def test_every_arm_is_checked_against_the_first_that_runs_then_timed_and_failures_are_kept():
+    torch = pytest.importorskip("torch")
+    ref = torch.ones(4)
+    outputs = {  # arm -> its output, or the exception it raises
+        "triton": RuntimeError("triton broke"),
+        "triton-packed-dispatch": CudaJitUnavailable("no tvm_ffi"),
+        "helion-upstream": ref,
+        "helion-kdakit": ref * 1.001,
+        "helion-kdakit-default": ref * 2,
+    }
+    timed = []
+
+    def observe(arm, fn):
+        if isinstance(outputs[arm], Exception):
+            raise outputs[arm]
+        return {"out": outputs[arm], "state": ref}, {"untouched": arm != "helion-kdakit-default"}
+
+    def time_arm(arm, fn):
+        timed.append(arm)
+        return {"per_call": bench.summarize([1.0, 2.0, 3.0])}
+
+    row = {"arms": {}}
+    arms = {f"decode:{a}": object() for a in outputs}
+    bench.run_arms("decode", row, arms, {"decode:triton-packed": "not in the tree"}, observe, time_arm)
+    got = row["arms"]
+    assert got["triton"]["status"] == "failed" and "triton broke" in got["triton"]["error"]
+    assert got["triton-packed"] == {"status": "missing", "error": "not in the tree"}
+    assert got["triton-packed-dispatch"]["status"] == "missing"
+    assert got["helion-upstream"]["check"]["reference"] == "helion-upstream"  # Triton failed: the next one is
+    assert got["helion-kdakit"]["check"]["ok"] and got["helion-kdakit"]["check"]["rel_err"]["out"] > 0
+    assert not got["helion-kdakit-default"]["check"]["ok"]  # out off by 100 % and a flag false
+    assert timed == ["helion-upstream", "helion-kdakit", "helion-kdakit-default"]
+    assert got["helion-kdakit"]["per_call"]["median"] == 2.0
+    row = {"arms": {}}
+    bench.run_arms("verify", row, {"verify:triton": object()}, {}, observe, time_arm)
+    assert set(row["arms"]) == {"triton", "helion-upstream", "helion-kdakit"}  # the optional arm is left out
+
+
 def test_table_has_the_pr_columns_changes_and_floor():
     table = bench.render_table(_result())
     lines = table.splitlines()
