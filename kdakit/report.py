@@ -1,9 +1,15 @@
 """`kdakit report RESULTS_DIR`: the PR's tables with our numbers, the published ones beside, and verdicts.
 
-Walks RESULTS_DIR for *.result.json (results/<run-id>/<host>/...), validates every record (an invalid one
-stops the report with a clear line), and writes report.md (plots as PNG files beside it) and a
+Walks RESULTS_DIR for *.result.json (results/<run-id>/<host>/...), validates every record (an unreadable
+or invalid one is named, with why, and skipped), and writes report.md (plots as PNG files beside it) and a
 self-contained report.html (the same content, plots inlined as base64 PNG, no external resources).
 Missing points are shown as "missing", failed ones as "failed"; nothing is dropped.
+
+Every record counts: re-runs of a serving point are repeats, pooled with kdakit.stats (the table says how
+many each arm has); the `pr` protocol's number stays the PR's median, with a 95 % interval saying what its
+runs can resolve; the `rigorous` protocol's interleaved visits give paired intervals and verdicts. GSM8K
+published numbers are matched on protocol, GPU and arm, and a limited run is never compared with them.
+GPU telemetry kept with a record is plotted, with its throttle and power-cap warnings.
 """
 
 from __future__ import annotations
@@ -11,12 +17,14 @@ from __future__ import annotations
 import base64
 import html
 import io
+import sys
 import tomllib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kdakit import results
+from kdakit import results, stats, telemetry
+from kdakit.context import canonical_sku
 from kdakit.errors import UsageError
 
 PUBLISHED_FILE = Path(__file__).parent / "data" / "published.toml"
@@ -52,7 +60,13 @@ class Section:
 
 
 def load_published(path: Path = PUBLISHED_FILE) -> dict:
-    return tomllib.loads(path.read_text())
+    published = tomllib.loads(path.read_text())
+    for table in ("serving", "kernels"):
+        for row in published.get(table, {}).get("rows", []):
+            row["sku"] = canonical_sku(row["sku"])
+    for entry in (*published.get("gsm8k", []), *published.get("claims", [])):
+        entry["sku"] = canonical_sku(entry["sku"])
+    return published
 
 
 def fmt(value: float | None, digits: int = 2, missing: str = "missing") -> str:
@@ -73,22 +87,38 @@ def shape_label(shape: str) -> str:
 
 @dataclass
 class Collected:
-    serving: dict = field(default_factory=dict)  # (run_id, sku, host, protocol) -> {arm: record}
+    serving: dict = field(
+        default_factory=dict
+    )  # (run_id, sku, host, protocol) -> {arm: [records, oldest first]}
     kernels: dict = field(default_factory=dict)  # (run_id, sku, host) -> {(phase, shape, arm): row}
     gsm8k: list = field(default_factory=list)  # records
     records: list = field(default_factory=list)  # (relative path, record)
+    skipped: list = field(default_factory=list)  # (relative path, why)
+    paths: dict = field(default_factory=dict)  # id(record) -> absolute path
 
 
 def collect(root: Path) -> Collected:
-    found = list(results.iter_results(root))
-    if not found:
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"{root}: not a results directory")
+    files = sorted(root.rglob(f"*{results.RESULT_SUFFIX}"))
+    if not files:
         raise UsageError(f"{root}: no *{results.RESULT_SUFFIX} files (expected results/<run-id>/<host>/...)")
     c = Collected()
+    found = []
+    for path in files:
+        try:
+            found.append((path, results.read_result(path)))
+        except (results.ResultError, OSError, UnicodeDecodeError) as exc:
+            why = str(exc).removeprefix(f"{path}: ")
+            c.skipped.append((str(path.relative_to(root)), why or "empty file"))
     for path, record in sorted(found, key=lambda item: (item[1]["created"], str(item[0]))):
+        record["sku"] = canonical_sku(record["sku"])
         c.records.append((str(path.relative_to(root)), record))
+        c.paths[id(record)] = path
         key = (record["run_id"], record["sku"], record["host"])
         if record["kind"] == "serving":
-            c.serving.setdefault((*key, record["protocol"]), {})[record["arm"]] = record  # latest wins
+            c.serving.setdefault((*key, record["protocol"]), {}).setdefault(record["arm"], []).append(record)
         elif record["kind"] == "kernels":
             rows = c.kernels.setdefault(key, {})
             for row in record["metrics"]["rows"]:
@@ -104,13 +134,98 @@ def _points(record: dict | None) -> dict:
     return {(p["input_len"], p["output_len"], p["concurrency"]): p for p in record["metrics"]["points"]}
 
 
+@dataclass
+class Visits:
+    """One arm's measurements of one point across every record (repeat) that has it, oldest first."""
+
+    points: list  # point dicts
+    created: list  # the records' creation times
+
+    @property
+    def ok(self) -> list[dict]:
+        return [p for p in self.points if p["status"] == "ok"]
+
+    def value(self) -> tuple[float | None, str]:
+        """(output tok/s, text): one visit's median (the PR's number), or the median of the visits' medians;
+        'missing' when never measured, else the last visit's status ('failed', 'hung', ...)."""
+        ok = self.ok
+        if ok:
+            value = results.median([p["median_output_throughput"] for p in ok])
+            return value, f"{value:.2f}"
+        if not self.points or self.points[-1]["status"] == "missing":
+            return None, "missing"
+        return None, self.points[-1]["status"]
+
+    def spread(self) -> tuple[float, float] | None:
+        """(low, high) of what the value summarises: the visits' medians, or one visit's runs."""
+        ok = self.ok
+        values = (
+            [p["median_output_throughput"] for p in ok]
+            if len(ok) > 1
+            else [r["output_throughput"] for r in ok[0]["runs"]]
+            if ok
+            else []
+        )
+        return (min(values), max(values)) if values else None
+
+
+def _visits(records: list[dict], key: tuple) -> Visits:
+    found = [(r["created"], _points(r).get(key)) for r in records]
+    return Visits([p for _, p in found if p is not None], [t for t, p in found if p is not None])
+
+
 def _point_value(point: dict | None) -> tuple[float | None, str]:
-    """(median output tok/s, text): 'missing' when never measured, 'failed' when it failed."""
-    if point is None:
-        return None, "missing"
-    if point["status"] != "ok":
-        return None, "failed"
-    return point["median_output_throughput"], f"{point['median_output_throughput']:.2f}"
+    """(median output tok/s, text) of one record's point: 'missing' when never measured, else its status."""
+    return Visits([point] if point else [], []).value()
+
+
+def arm_comparison(triton: Visits, helion: Visits) -> tuple[stats.RatioCI | None, str]:
+    """The helion/triton ratio interval and how it was formed ('paired over k visits', 'runs ...')."""
+    t_ok, h_ok = triton.ok, helion.ok
+    if not t_ok or not h_ok:
+        return None, "not measured for both arms"
+    try:
+        if len(t_ok) > 1 and len(h_ok) > 1:
+            k = min(len(t_ok), len(h_ok))
+            t_vals = [p["median_output_throughput"] for p in t_ok[:k]]
+            h_vals = [p["median_output_throughput"] for p in h_ok[:k]]
+            return stats.paired_ratio_ci(t_vals, h_vals), f"paired over {k} visits"
+        t_runs = [r["output_throughput"] for p in t_ok for r in p["runs"]]
+        h_runs = [r["output_throughput"] for p in h_ok for r in p["runs"]]
+        return stats.unpaired_ratio_ci(t_runs, h_runs), f"runs {len(t_runs)} vs {len(h_runs)} (unpaired)"
+    except ValueError:
+        return None, "no positive values"
+
+
+def aa_control(*arms: Visits) -> stats.RatioCI | None:
+    """Run 2 / run 1 of the same arm within one visit, over every visit of the given arms."""
+    first, second = [], []
+    for visits in arms:
+        for p in visits.ok:
+            if len(p["runs"]) >= 2:
+                first.append(p["runs"][0]["output_throughput"])
+                second.append(p["runs"][1]["output_throughput"])
+    if not first:
+        return None
+    try:
+        return stats.paired_ratio_ci(first, second)
+    except ValueError:
+        return None
+
+
+def interleaved(triton: Visits, helion: Visits) -> bool:
+    """Visits alternate between the arms in time (ABAB... or BABA...)."""
+    order = [
+        arm for _, arm in sorted([(t, "t") for t in triton.created] + [(t, "h") for t in helion.created])
+    ]
+    return all(a != b for a, b in zip(order, order[1:], strict=False))
+
+
+def band_of(protocol: str) -> float:
+    from kdakit.bench.serving import load_protocols
+
+    found = load_protocols().get(protocol)
+    return found.band_pct if found else 1.0
 
 
 # ---- sections
@@ -131,20 +246,31 @@ def serving_rows(c: Collected, published: dict) -> list[dict]:
     }
     rows = []
     for (run_id, sku, host, protocol), by_arm in sorted(c.serving.items()):
-        points = {arm: _points(by_arm.get(arm)) for arm in ARMS}
-        keys = set(points["triton"]) | set(points["helion"]) | protocol_points(protocol)
+        records = {arm: by_arm.get(arm, []) for arm in ARMS}
+        keys = {k for arm in ARMS for r in records[arm] for k in _points(r)} | protocol_points(protocol)
         compare = protocol == published["serving"]["protocol"]  # published rows only beside their protocol
         if compare:
             keys |= {(i, o, cc) for (s, i, o, cc) in pub if s == sku}
+        band = band_of(protocol)
         for key in sorted(keys):
-            triton, triton_text = _point_value(points["triton"].get(key))
-            helion, helion_text = _point_value(points["helion"].get(key))
+            visits = {arm: _visits(records[arm], key) for arm in ARMS}
+            triton, triton_text = visits["triton"].value()
+            helion, helion_text = visits["helion"].value()
+            ci, basis = arm_comparison(visits["triton"], visits["helion"])
+            aa = aa_control(visits["triton"], visits["helion"])
+            verdict = stats.verdict(ci, band) if ci else "no data"
+            if ci and not ci.paired and ci.half_width_pct is not None:
+                verdict += f"; these runs resolve ±{ci.half_width_pct:.2f} %"
             p = pub.get((sku, *key)) if compare else None
             rows.append(
                 {
                     "run_id": run_id, "sku": sku, "host": host, "protocol": protocol, "key": key,
                     "triton": triton, "helion": helion,
                     "triton_text": triton_text, "helion_text": helion_text,
+                    "visits": visits, "ci": ci, "ci_basis": basis, "verdict": verdict, "band": band,
+                    "aa": aa, "aa_verdict": stats.verdict(aa, band) if aa else "no A/A pair",
+                    "interleaved": interleaved(visits["triton"], visits["helion"]),
+                    "spread_triton": visits["triton"].spread(), "spread_helion": visits["helion"].spread(),
                     "change": results.change_pct(triton, helion),
                     "pub_triton": p["triton"] if p else None, "pub_helion": p["helion"] if p else None,
                     "pub_change": results.change_pct(p["triton"], p["helion"]) if p else None,
@@ -217,6 +343,9 @@ def judge(claim: dict, serving: list[dict], kernels: list[dict]) -> tuple[str, s
     if not measured:
         return "no data", f"no {claim['sku']} {claim['kind']} point measured for both arms"
     rule = claim["rule"]
+    cis = [r.get("ci") for r in measured]
+    if rule == "within" and cis and all(ci is not None and ci.paired and ci.low is not None for ci in cis):
+        return _judge_by_ci(claim, measured, unmeasured)
     if rule == "within":
         ok = [abs(r["change"]) <= claim["limit"] for r in measured]
     elif rule == "below":
@@ -229,9 +358,37 @@ def judge(claim: dict, serving: list[dict], kernels: list[dict]) -> tuple[str, s
     evidence = f"{sum(ok)} of {len(measured)} measured points agree (changes {changes})"
     if unmeasured:
         evidence += f"; {unmeasured} point(s) missing or failed"
+    if rule == "within" and any(r.get("ci") for r in measured):
+        verdicts = [r["verdict"].split(" ", 1)[0] for r in measured]
+        resolve = [r["ci"].half_width_pct for r in measured if r.get("ci") and r["ci"].half_width_pct]
+        evidence += (
+            f"; 95 % CIs: {verdicts.count('within')} within, {verdicts.count('different')} different, "
+            f"{verdicts.count('inconclusive')} inconclusive"
+        )
+        if resolve:
+            evidence += f" (these runs resolve ±{min(resolve):.2f}–{max(resolve):.2f} %)"
     if all(ok):
         return ("holds" if not unmeasured else "holds where measured"), evidence
     return "does not hold", evidence
+
+
+def _judge_by_ci(claim: dict, measured: list[dict], unmeasured: int) -> tuple[str, str]:
+    """A ±limit claim on paired intervals: a point agrees when its CI lies inside the band, disagrees when
+    its CI lies wholly outside it, and is inconclusive otherwise."""
+    lo, hi = 1 - claim["limit"] / 100, 1 + claim["limit"] / 100
+    inside = [lo <= r["ci"].low and r["ci"].high <= hi for r in measured]
+    outside = [r["ci"].high < lo or r["ci"].low > hi for r in measured]
+    evidence = (
+        f"{sum(inside)} of {len(measured)} points with the 95 % CI inside ±{claim['limit']:g} %, "
+        f"{sum(outside)} outside (CIs {', '.join(stats.fmt_ci(r['ci']) for r in measured)})"
+    )
+    if unmeasured:
+        evidence += f"; {unmeasured} point(s) missing or failed"
+    if any(outside):
+        return "does not hold", evidence
+    if all(inside):
+        return ("holds" if not unmeasured else "holds where measured"), evidence
+    return "inconclusive", evidence
 
 
 def _throughput_plot(title: str, rows: list[dict], filename: str) -> Plot:
@@ -246,11 +403,19 @@ def _throughput_plot(title: str, rows: list[dict], filename: str) -> Plot:
     for arm in ARMS:
         color, marker = styles[arm]
         for i, o in lengths:
-            pts = sorted((r["key"][2], r[arm]) for r in rows if r["key"][:2] == (i, o))
-            xs = [x for x, _ in pts]
-            ys = [y if y is not None else float("nan") for _, y in pts]
+            pts = sorted(
+                (r["key"][2], r[arm], r.get(f"spread_{arm}")) for r in rows if r["key"][:2] == (i, o)
+            )
+            xs = [x for x, _, _ in pts]
+            ys = [y if y is not None else float("nan") for _, y, _ in pts]
             ax.plot(xs, ys, marker=marker, color=color, linestyle="-" if i == lengths[0][0] else "--",
                     label=f"{arm} {i}/{o}")  # fmt: skip
+            bars = [(x, y, sp) for x, y, sp in pts if y is not None and sp]
+            if bars:  # the range of the runs (one visit) or of the visits' medians behind each point
+                low = [y - sp[0] for _, y, sp in bars]
+                high = [sp[1] - y for _, y, sp in bars]
+                ax.errorbar([x for x, _, _ in bars], [y for _, y, _ in bars], yerr=[low, high], fmt="none",
+                            ecolor=color, capsize=3)  # fmt: skip
             pub = sorted(
                 (r["key"][2], r[f"pub_{arm}"]) for r in rows if r["key"][:2] == (i, o) and r[f"pub_{arm}"]
             )
@@ -258,9 +423,81 @@ def _throughput_plot(title: str, rows: list[dict], filename: str) -> Plot:
                 ax.scatter([x for x, _ in pub], [y for _, y in pub], marker="x", color=color, s=40)
     ax.set_xlabel("concurrency")
     ax.set_ylabel("output tok/s (median)")
-    ax.set_title(title + "  (x: published)", fontsize=9)
+    ax.set_title(title + "  (x: published; bars: range of runs or repeats)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    return Plot(title, filename, _png(fig))
+
+
+def _repeats_text(visits: dict) -> str:
+    parts = []
+    for arm in ARMS:
+        v = visits[arm]
+        bad = len(v.points) - len(v.ok)
+        parts.append(f"{len(v.ok)}" + (f" (+{bad} not ok)" if bad else ""))
+    return " / ".join(parts)
+
+
+def _ratio_plot(title: str, rows: list[dict], filename: str) -> Plot:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.4), dpi=100)
+    shown = [r for r in rows if r["ci"] is not None]
+    xs = list(range(len(shown)))
+    for x, r in zip(xs, shown, strict=True):
+        ci = r["ci"]
+        color = "tab:green" if r["verdict"].startswith("within") else (
+            "tab:red" if r["verdict"].startswith("different") else "tab:gray")  # fmt: skip
+        if ci.low is not None:
+            ax.errorbar([x], [ci.ratio], yerr=[[ci.ratio - ci.low], [ci.high - ci.ratio]], fmt="o",
+                        color=color, capsize=4)  # fmt: skip
+        else:
+            ax.plot([x], [ci.ratio], "o", color=color, mfc="none")
+        if r["aa"] is not None and r["aa"].low is not None:
+            aa = r["aa"]
+            ax.errorbar([x + 0.25], [aa.ratio], yerr=[[aa.ratio - aa.low], [aa.high - aa.ratio]], fmt="s",
+                        color="tab:purple", capsize=3, markersize=4)  # fmt: skip
+    band = rows[0]["band"] / 100 if rows else 0.01
+    for y, style in ((1.0, "-"), (1 - band, ":"), (1 + band, ":")):
+        ax.axhline(y, color="black", linestyle=style, linewidth=0.8)
+    ax.set_xticks(xs, [f"{r['key'][0]}/{r['key'][1]}\nC{r['key'][2]}" for r in shown], fontsize=7)
+    ax.set_ylabel("helion / triton (o), A/A run2/run1 (■)", fontsize=8)
+    ax.set_title(title + f"  (dotted: ±{band * 100:g} %)", fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    return Plot(title, filename, _png(fig))
+
+
+def _telemetry_plot(title: str, rows: list[dict], windows: list[dict], filename: str) -> Plot:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (clock, power) = plt.subplots(2, 1, figsize=(6.4, 4.2), dpi=100, sharex=True)
+    for gpu in sorted({r["gpu"] for r in rows}):
+        mine = [r for r in rows if r["gpu"] == gpu]
+        ts = [r["t_s"] for r in mine]
+        clock.plot(ts, [r["sm_mhz"] if r["sm_mhz"] is not None else float("nan") for r in mine],
+                   label=f"GPU {gpu:.0f}", linewidth=1)  # fmt: skip
+        power.plot(
+            ts, [r["power_w"] if r["power_w"] is not None else float("nan") for r in mine], linewidth=1
+        )
+    limits = [r["power_limit_w"] for r in rows if r.get("power_limit_w")]
+    if limits:
+        power.axhline(max(limits), color="black", linestyle=":", linewidth=0.8)
+    for w in windows:
+        for ax in (clock, power):
+            ax.axvspan(w["start_s"], w["end_s"], color="tab:orange", alpha=0.12)
+    clock.set_ylabel("SM clock (MHz)", fontsize=8)
+    power.set_ylabel("power (W)", fontsize=8)
+    power.set_xlabel("seconds (shaded: measured runs; dotted: power limit)", fontsize=8)
+    clock.set_title(title, fontsize=9)
+    clock.legend(fontsize=6, ncol=4)
+    for ax in (clock, power):
+        ax.grid(alpha=0.3)
     return Plot(title, filename, _png(fig))
 
 
@@ -325,29 +562,58 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
         + ". Published numbers: "
         + f"{published['serving']['source']} (serving, kernels); GSM8K sources listed in its table."
     )
+    if c.skipped:
+        overview.blocks.append(
+            f"{len(c.skipped)} unreadable record(s) skipped: {', '.join(path for path, _ in c.skipped)} "
+            "(see Unreadable records)."
+        )
+    tel_warnings = [
+        w for _, r in c.records for w in (r["metrics"].get("telemetry") or {}).get("warnings", [])
+    ]
+    if tel_warnings:
+        overview.blocks.append(
+            f"GPU telemetry warnings during measured runs: {len(tel_warnings)} (see GPU telemetry)."
+        )
     sections.append(overview)
 
     verdicts = Section("Verdicts")
     vrows = []
     for claim in published.get("claims", []):
-        verdict, evidence = judge(claim, serving, kernels)
-        vrows.append([claim["text"], claim["source"], verdict, evidence])
+        if claim["kind"] != "serving":
+            verdict, evidence = judge(claim, serving, kernels)
+            vrows.append([claim["text"], claim["source"], verdict, evidence])
+            continue
+        # a serving claim is judged once per protocol measured (pr: the PR's medians; rigorous: paired CIs)
+        measured = sorted({r["protocol"] for r in serving if r["sku"] == claim["sku"]})
+        main = published["serving"]["protocol"]
+        for protocol in sorted(measured, key=lambda name: (name != main, name)) or [main]:
+            mine = [r for r in serving if r["protocol"] == protocol]
+            verdict, evidence = judge(claim, mine, kernels)
+            text = claim["text"] if protocol == main else f"{claim['text']} (protocol {protocol})"
+            vrows.append([text, claim["source"], verdict, evidence])
     for record in c.gsm8k:
         m = record["metrics"]
+        label = (
+            f"GSM8K {record['protocol']} run {m['run_index']} ({record['arm']}, {record['host']}) "
+            f"reaches {m['threshold']:.2f}"
+        )
+        if m.get("status", "ok") != "ok":
+            vrows.append([label, "protocol threshold", "no result", f"{m['status']}: {m.get('error', '')}"])
+            continue
         value = m[f"accuracy_{m['verdict_metric']}"]
+        limited = " (limited run)" if m.get("limited") else ""
         vrows.append(
             [
-                f"GSM8K {record['protocol']} run {m['run_index']} ({record['arm']}, {record['host']}) "
-                f"reaches {m['threshold']:.2f}",
+                label,
                 "protocol threshold",
                 "holds" if m["verdict"] == "pass" else "does not hold",
-                f"{m['verdict_metric']} accuracy {value:.4f} on {m['n_questions']} questions",
+                f"{m['verdict_metric']} accuracy {value:.4f} on {m['n_questions']} questions{limited}",
             ]
         )
     verdicts.blocks.append(Table(["Claim", "Source", "Verdict", "Evidence"], vrows))
     sections.append(verdicts)
 
-    serv = Section("Serving throughput (output tok/s, median of runs)")
+    serv = Section("Serving throughput (output tok/s, median of runs; every repeat counted)")
     if not serving:
         serv.blocks.append("No serving results.")
     for run_id, sku, host, protocol in sorted(
@@ -361,27 +627,48 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
         by_arm = c.serving[(run_id, sku, host, protocol)]
         serv.blocks.append(f"**{sku} — host {host}, run {run_id}, protocol {protocol}**")
         for arm in ARMS:
-            record = by_arm.get(arm)
-            if record is None:
+            arm_records = by_arm.get(arm, [])
+            if not arm_records:
                 serv.blocks.append(f"{arm}: no result (every point missing).")
-            else:
-                m = record["metrics"]
-                extra = "; ".join(record.get("notes", [])[1:])
-                accept = [p["accept_length"] for p in m["points"] if p.get("accept_length") is not None]
-                accept_text = f", accept length {min(accept):.2f}–{max(accept):.2f}" if accept else ""
-                runs_text = f"{m.get('runs_per_point', '?')} runs per point"
-                serv.blocks.append(
-                    f"{arm}: dataset {m['dataset']}, {runs_text}{accept_text}"
-                    + (f". {extra}" if extra else "")
-                )
+                continue
+            record = arm_records[-1]
+            m = record["metrics"]
+            extra = "; ".join(dict.fromkeys(n for r in arm_records for n in r.get("notes", [])[1:]))
+            accept = [p["accept_length"] for r in arm_records for p in r["metrics"]["points"]
+                      if p.get("accept_length") is not None]  # fmt: skip
+            accept_text = f", accept length {min(accept):.2f}–{max(accept):.2f}" if accept else ""
+            runs_text = f"{m.get('runs_per_point', '?')} runs per point"
+            repeats = len(arm_records)
+            planned = m.get("repeats_planned")
+            repeats_text = f", {repeats} repeat(s)" + (f" of {planned} planned" if planned else "")
+            serv.blocks.append(
+                f"{arm}: dataset {m['dataset']}, {runs_text}{repeats_text}{accept_text}"
+                + (f". {extra}" if extra else "")
+            )
+        paired = [r for r in group if r["ci"] is not None and r["ci"].paired]
+        if paired:
+            serv.blocks.append(
+                "Helion/Triton: 95 % CI over paired visits; visits "
+                + ("interleaved (ABAB…)." if all(r["interleaved"] for r in paired) else "NOT interleaved.")
+            )
+        else:
+            serv.blocks.append(
+                "Helion/Triton: 95 % CI from the runs of one visit per arm (Welch t on log throughput); "
+                "the verdict says how large a difference these runs can resolve."
+            )
+        serv.blocks.append(
+            "A/A: run 2 / run 1 of the same arm in the same visit (every visit, both arms): the noise floor."
+        )
         table = Table(
             ["Input / Output", "Concurrency", "Triton tok/s", "Helion tok/s", "Change",
-             "Published Triton", "Published Helion", "Published change", "Dev. Triton", "Dev. Helion"],
+             "Published Triton", "Published Helion", "Published change", "Dev. Triton", "Dev. Helion",
+             "Repeats T / H", "Helion/Triton (95 % CI)", "Verdict", "A/A (95 % CI)", "A/A verdict"],
             [
                 [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]), r["triton_text"], r["helion_text"],
                  fmt_pct(r["change"]), fmt(r["pub_triton"], missing="not published"),
                  fmt(r["pub_helion"], missing="not published"), fmt_pct(r["pub_change"]),
-                 fmt_pct(r["dev_triton"]), fmt_pct(r["dev_helion"])]
+                 fmt_pct(r["dev_triton"]), fmt_pct(r["dev_helion"]), _repeats_text(r["visits"]),
+                 stats.fmt_ci(r["ci"]), r["verdict"], stats.fmt_ci(r["aa"]), r["aa_verdict"]]
                 for r in group
             ],
         )  # fmt: skip
@@ -389,6 +676,11 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
         if plots:
             name = f"serving-{run_id}-{host}-{protocol}.png"
             serv.blocks.append(_throughput_plot(f"{sku} {host}: throughput vs concurrency", group, name))
+            if any(r["ci"] is not None for r in group):
+                name = f"serving-ratio-{run_id}-{host}-{protocol}.png"
+                serv.blocks.append(
+                    _ratio_plot(f"{sku} {host} {protocol}: helion/triton, 95 % CI", group, name)
+                )
     sections.append(serv)
 
     kern = Section("KDA kernel latency (µs, median)")
@@ -431,24 +723,45 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
         gsm.blocks.append("No GSM8K results.")
     else:
         gsm.blocks.append(
-            "Published: the mean of the published runs for the same protocol; deviation in percentage points "
-            "of the verdict metric."
+            "Published: the mean of the published runs for the same protocol, GPU and arm; deviation in "
+            "percentage points of the verdict metric. A limited run (fewer questions than its protocol) is "
+            "never compared. Numeric: SGLang's run_eval (last number); strict/flexible: lm-eval's filters."
         )
+        ordered = sorted(c.gsm8k, key=lambda r: (r["run_id"], r["host"], r["arm"], r["protocol"],
+                                                 r["metrics"]["run_index"], r["created"]))  # fmt: skip
         gsm.blocks.append(
             Table(
-                ["Host", "GPU", "Arm", "Protocol", "Run", "Questions", "Strict", "Flexible", "Threshold",
-                 "Verdict", "Published", "Dev. (pts)"],
+                ["Host", "GPU", "Arm", "Protocol", "Tool", "Run", "Questions", "Strict", "Flexible",
+                 "Numeric", "Threshold", "Verdict", "Published", "Dev. (pts)"],
                 [
-                    [r["host"], r["sku"], r["arm"], r["protocol"], str(r["metrics"]["run_index"]),
-                     str(r["metrics"]["n_questions"]), f"{r['metrics']['accuracy_strict']:.4f}",
-                     f"{r['metrics']['accuracy_flexible']:.4f}", f"{r['metrics']['threshold']:.2f}",
-                     f"{r['metrics']['verdict']} ({r['metrics']['verdict_metric']})",
+                    [r["host"], r["sku"], r["arm"], r["protocol"], _tool_text(r["metrics"]),
+                     str(r["metrics"]["run_index"]), _questions_text(r["metrics"]),
+                     _acc(r["metrics"], "strict"), _acc(r["metrics"], "flexible"),
+                     _acc(r["metrics"], "numeric"),
+                     f"{r['metrics']['threshold']:.2f}",
+                     f"{r['metrics']['verdict']} ({r['metrics']['verdict_metric']})"
+                     + ("" if r["metrics"].get("status", "ok") == "ok" else f": {r['metrics']['status']}"),
                      *_gsm8k_published(r, published)]
-                    for r in sorted(c.gsm8k, key=lambda r: (r["run_id"], r["host"], r["arm"], r["protocol"],
-                                                            r["metrics"]["run_index"]))
+                    for r in ordered
                 ],
             )
         )  # fmt: skip
+        diffs = gsm8k_arm_differences(c.gsm8k)
+        if diffs:
+            gsm.blocks.append(
+                "Helion vs Triton, same host, protocol and questions: the difference of the mean accuracies "
+                "with a 95 % interval from the measured run-to-run noise (binomial when the runs are "
+                "identical)."
+            )
+            gsm.blocks.append(
+                Table(
+                    ["Host", "GPU", "Protocol", "Questions", "Triton runs", "Helion runs", "Difference",
+                     "Noise", "Verdict"],
+                    [[d["host"], d["sku"], d["protocol"], str(d["n"]), d["triton"], d["helion"],
+                      f"{d['difference_pts']:+.2f} ± {d['half_width_pts']:.2f} pts", d["noise"], d["verdict"]]
+                     for d in diffs],
+                )
+            )  # fmt: skip
     gsm.blocks.append(
         Table(
             ["Published", "Protocol", "GPU", "Arm", "Model", "Runs"],
@@ -466,6 +779,13 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
         )
     )
     sections.append(gsm)
+
+    sections.append(telemetry_section(c, plots))
+    if c.skipped:
+        bad = Section("Unreadable records")
+        bad.blocks.append("Named and skipped; everything else in the report is from the readable records.")
+        bad.blocks.append(Table(["Record", "Problem"], [[path, why] for path, why in c.skipped]))
+        sections.append(bad)
 
     prov = Section("Provenance")
     prov.blocks.append(
@@ -492,14 +812,119 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
 
 
 def _gsm8k_published(record: dict, published: dict) -> list[str]:
-    """[published mean, deviation in points] for the record's protocol, or 'not published'."""
-    matches = [p for p in published.get("gsm8k", []) if p["protocol"] == record["protocol"]]
+    """[published mean, deviation in points] for the record's protocol, GPU and arm, or why there is none."""
+    m = record["metrics"]
+    if m.get("limited"):
+        return [
+            f"limited run ({m['n_questions']} of {m.get('protocol_questions', '?')}): not compared",
+            "n/a",
+        ]
+    matches = [
+        p
+        for p in published.get("gsm8k", [])
+        if p["protocol"] == record["protocol"]
+        and canonical_sku(p["sku"]) == record["sku"]
+        and p["arm"] == record["arm"]
+    ]
     if not matches:
-        return ["not published", "n/a"]
+        return [f"not published ({record['protocol']}, {record['sku']}, {record['arm']})", "n/a"]
     p = matches[0]
     mean = sum(p["runs"]) / len(p["runs"])
-    ours = record["metrics"][f"accuracy_{record['metrics']['verdict_metric']}"]
+    ours = m.get(f"accuracy_{m['verdict_metric']}")
+    if ours is None:
+        return [f"{mean:.4f} ({p['source']})", "n/a"]
     return [f"{mean:.4f} ({p['source']})", f"{(ours - mean) * 100:+.2f}"]
+
+
+def _acc(m: dict, name: str) -> str:
+    value = m.get(f"accuracy_{name}")
+    return "—" if value is None else f"{value:.4f}"
+
+
+def _tool_text(m: dict) -> str:
+    tool = m.get("tool")
+    return f"{tool['name']} {tool['version'] or ''}".strip() if tool else "lm-eval"
+
+
+def _questions_text(m: dict) -> str:
+    rows = (m.get("rows") or {}).get("questions")
+    text = str(m["n_questions"])
+    if rows:
+        text += f" (test {rows['first']}–{rows['first'] + rows['count'] - 1})"
+    return text + (" limited" if m.get("limited") else "")
+
+
+def gsm8k_arm_differences(records: list[dict]) -> list[dict]:
+    """Per host, protocol and question count with ok runs of both arms: helion - triton vs the noise."""
+    groups: dict = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        m = r["metrics"]
+        if m.get("status", "ok") != "ok":
+            continue
+        key = (r["run_id"], r["sku"], r["host"], r["protocol"], m["n_questions"], m["verdict_metric"])
+        groups[key][r["arm"]].append(m[f"accuracy_{m['verdict_metric']}"])
+    found = []
+    for (run_id, sku, host, protocol, n, _metric), by_arm in sorted(groups.items()):
+        if not by_arm.get("triton") or not by_arm.get("helion"):
+            continue
+        d = stats.accuracy_difference(by_arm["triton"], by_arm["helion"], n)
+        found.append({"run_id": run_id, "sku": sku, "host": host, "protocol": protocol, "n": n, **d,
+                      "triton": ", ".join(f"{v:.4f}" for v in by_arm["triton"]),
+                      "helion": ", ".join(f"{v:.4f}" for v in by_arm["helion"])})  # fmt: skip
+    return found
+
+
+def _telemetry_file(c: Collected, record: dict) -> Path | None:
+    tel = record["metrics"].get("telemetry") or {}
+    if not tel.get("file"):
+        return None
+    base = c.paths[id(record)].parent
+    for artifact in record.get("artifacts", []):
+        if Path(artifact).name == tel["file"] and (base / artifact).is_file():
+            return base / artifact
+    return None
+
+
+def telemetry_section(c: Collected, plots: bool) -> Section:
+    section = Section("GPU telemetry")
+    rows, warned = [], []
+    for path, record in c.records:
+        tel = record["metrics"].get("telemetry")
+        if not tel:
+            continue
+        if tel["source"] == "none":
+            rows.append([path, "none", "0", "—", "—", "—", "—", tel.get("note", "")])
+            continue
+        gpus = tel.get("gpus", {})
+        sm = [g["sm_mhz_min"] for g in gpus.values() if g.get("sm_mhz_min") is not None]
+        sm_hi = [g["sm_mhz_max"] for g in gpus.values() if g.get("sm_mhz_max") is not None]
+        power = [g["power_w_max"] for g in gpus.values() if g.get("power_w_max") is not None]
+        temp = [g["temp_c_max"] for g in gpus.values() if g.get("temp_c_max") is not None]
+        rows.append([
+            path, tel["source"], str(tel["samples"]), str(len(gpus)),
+            f"{min(sm):.0f}–{max(sm_hi):.0f}" if sm and sm_hi else "—",
+            f"{max(power):.0f}" if power else "—", f"{max(temp):.0f}" if temp else "—",
+            f"{len(tel['warnings'])} warning(s)" if tel["warnings"] else "none",
+        ])  # fmt: skip
+        warned += [f"{path}: {w}" for w in tel["warnings"]]
+        file = _telemetry_file(c, record) if plots else None
+        if file is not None:
+            samples = telemetry.read_csv(file)
+            if samples:
+                name = "telemetry-" + path.replace("/", "-").removesuffix(results.RESULT_SUFFIX) + ".png"
+                section.blocks.append(_telemetry_plot(f"{path}: SM clock and power", samples,
+                                                      tel.get("windows", []), name))  # fmt: skip
+    if not rows:
+        section.blocks.append("No telemetry recorded.")
+        return section
+    section.blocks.insert(
+        0,
+        Table(["Record", "Source", "Samples", "GPUs", "SM MHz (min–max)", "Max power W", "Max temp °C",
+               "Throttling / power cap in measured runs"], rows),
+    )  # fmt: skip
+    if warned:
+        section.blocks.insert(1, "Warnings (measured runs only): " + "; ".join(warned) + ".")
+    return section
 
 
 def _gpus(names: list[str]) -> str:
@@ -612,6 +1037,8 @@ def write_report(root: Path, out_dir: Path | None = None, plots: bool = True) ->
 
 
 def _cmd(args) -> int:
+    for path, why in collect(Path(args.results_dir)).skipped:
+        print(f"kdakit report: skipped unreadable record {path}: {why}", file=sys.stderr)
     md, page = write_report(
         Path(args.results_dir), Path(args.out) if args.out else None, plots=not args.no_plots
     )

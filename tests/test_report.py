@@ -196,20 +196,35 @@ def test_html_is_self_contained_with_inline_plots(tmp_path):
     root = build_fixture_tree(tmp_path / "results")
     _, html_path = report.write_report(root, tmp_path / "out")
     page = html_path.read_text()
-    assert page.count('src="data:image/png;base64,') == 2  # throughput vs concurrency + kernel latency
+    # throughput vs concurrency, helion/triton ratio with CIs, kernel latency
+    assert page.count('src="data:image/png;base64,') == 3
     assert not re.search(r"(src|href)=\"(https?:)?//", page), "no external resources"
     assert '<td class="nothold">does not hold</td>' in page
     assert (tmp_path / "out" / "report-plots" / "serving-ab-1-h200-a-pr.png").stat().st_size > 1000
 
 
-def test_cli_rejects_invalid_results_with_one_line(tmp_path, capsys):
+def test_cli_names_and_skips_unreadable_records(tmp_path, capsys):
     root = build_fixture_tree(tmp_path / "results")
-    bad = root / "ab-1" / "h200-a" / "gsm8k" / "helion-pr-run1.result.json"
+    gsm = root / "ab-1" / "h200-a" / "gsm8k"
+    bad = gsm / "helion-pr-run1.result.json"
     bad.write_text(bad.read_text().replace('"accuracy_strict": 0.96', '"accuracy_strict": "0.96"'))
-    assert cli.main(["report", str(root), "--no-plots"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
-    assert "helion-pr-run1.result.json: invalid kdakit.result.v1 record: metrics/accuracy_strict" in err
+    (gsm / "helion-pr-run3.result.json").write_text("")  # a disk-full leftover
+    (gsm / "helion-pr-run4.result.json").write_text('{"schema": "kdakit.res')  # cut short
+    assert cli.main(["report", str(root), "--no-plots"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "kdakit report: skipped unreadable record ab-1/h200-a/gsm8k/helion-pr-run1.result.json: invalid "
+        "kdakit.result.v1 record: metrics/accuracy_strict: '0.96' is not of type 'number'",
+        "kdakit report: skipped unreadable record ab-1/h200-a/gsm8k/helion-pr-run3.result.json: not JSON "
+        "(Expecting value at line 1)",
+        "kdakit report: skipped unreadable record ab-1/h200-a/gsm8k/helion-pr-run4.result.json: not JSON "
+        "(Unterminated string starting at at line 1)",
+    ]
+    md = (root / "report.md").read_text()
+    assert "3 unreadable record(s) skipped: ab-1/h200-a/gsm8k/helion-pr-run1.result.json, " in md
+    assert "| ab-1/h200-a/gsm8k/helion-pr-run3.result.json | not JSON (Expecting value at line 1) |" in md
+    assert "GSM8K pr run 2 (helion, h200-a) reaches 0.93" in md  # the readable records are all there
+    assert "GSM8K pr run 1 " not in md
     assert cli.main(["report", str(tmp_path / "empty")]) == 2
 
 
