@@ -14,7 +14,7 @@ WHEELS ?= .cache/wheels
 # Read a pin from pins.toml (the one source of truth), e.g. $(call pin,packages,sglang)
 pin = $(shell $(PYTHON) kdakit/pins.py $(1) $(2))
 SGLANG_VERSION := $(call pin,packages,sglang)
-EXTRAS ?= dev,kernels,eval,controller,sglang-cli,benchclient
+EXTRAS ?= dev,kernels,eval,controller,sglang-cli,sglang-backend,benchclient
 
 SKU ?= h200
 ARM ?= helion

@@ -1,0 +1,101 @@
+"""The request lifecycle through SGLang 0.5.23's own KDA backend, per arm, on the CPU (Triton's interpreter).
+
+`kdakit.kernels.integration.lifecycle` builds SGLang's `KDAAttnBackend` from the pinned wheel with kdakit's
+patch (in memory), so every kernel call below is the call SGLang's backend makes: extend with radix-cache
+tracking, decode, chain and tree verify of 6 draft tokens, SGLang's post-verify commit, a second verify round
+in another batch order. Tiny shapes: 2 heads (the TP4 slice's shape, H == HV) or 1 head (TP8), head dim 32,
+fp32 and bf16 state pools, bounded gate -5. Tolerances: `lifecycle.TOLERANCES["cpu"]`.
+"""
+
+from __future__ import annotations
+
+import pytest
+from kdakit.kernels.integration import lifecycle
+from kdakit.kernels.tools.testing import interpreter
+
+LENS = (1, 9, 70)  # one token, a short one, longer than a 64-token chunk (tracked: unaligned)
+CASES = {
+    # (arm, top-k, heads, state dtype)
+    "triton-chain": ("triton", 1, 2, "float32"),
+    "helion-chain": ("helion", 1, 2, "float32"),
+    "upstream-chain": ("helion-upstream", 1, 2, "float32"),
+    "triton-tree-tp8-bf16": ("triton", 2, 1, "bfloat16"),
+    "helion-tree-tp8-bf16": ("helion", 2, 1, "bfloat16"),
+}
+_reports: dict[str, lifecycle.LifecycleReport] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cpu_interpreter():
+    with interpreter():
+        yield
+
+
+def report(case: str) -> lifecycle.LifecycleReport:
+    if case not in _reports:
+        arm, topk, heads, state = CASES[case]
+        shape = lifecycle.Shape(heads=heads, head_dim=32, state_dtype=state, prefill_lens=LENS)
+        _reports[case] = lifecycle.run(arm, shape, topk=topk, device="cpu")
+        print(lifecycle.summary(_reports[case]))
+    return _reports[case]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_lifecycle_through_sglangs_backend_matches_fp64(case):
+    r = report(case)
+    arm, topk = CASES[case][:2]
+    backend = "Triton" if arm == "triton" else "Helion"
+    assert r.dispatcher.startswith(f"decode={backend}KDAKernel verify={backend}KDAKernel extend={backend}")
+    expected = ["extend", "decode", "decode", "verify 1", "verify 2", "decode"]
+    assert r.phases == expected
+    assert {e.phase for e in r.errors} >= {"extend track", "verify 1 commit", "verify 2 commit"}
+    assert lifecycle.problems(r) == []
+
+
+@pytest.mark.parametrize(("case", "baseline"), [
+    ("helion-chain", "triton-chain"),
+    ("upstream-chain", "triton-chain"),
+    ("helion-tree-tp8-bf16", "triton-tree-tp8-bf16"),
+])  # fmt: skip
+def test_helion_arms_agree_with_the_triton_arm(case, baseline):
+    """Same seed, same inputs: outputs and committed pool states of each phase against the triton arm."""
+    r, b = report(case), report(baseline)
+    assert set(r.outputs) == set(b.outputs) and set(r.states) == set(b.states)
+    assert lifecycle.problems(r, b) == []
+
+
+def test_tree_and_chain_differ():
+    """The tree case really verifies a tree: its verify outputs differ from a chain's on the same tokens."""
+    tree = report("triton-tree-tp8-bf16")
+    shape = lifecycle.Shape(heads=1, head_dim=32, state_dtype="bfloat16", prefill_lens=LENS)
+    chain = lifecycle.run("triton", shape, topk=1, device="cpu")
+    assert (tree.outputs["verify 1"] - chain.outputs["verify 1"]).abs().max() > 1e-2
+    assert (tree.outputs["extend"] - chain.outputs["extend"]).abs().max() == 0  # same inputs up to verify
+
+
+def test_the_backends_row_table_reaches_the_verify_kernel():
+    """SGLang passes `intermediate_state_indices` as its whole per-pool table; kdakit's verify gets that."""
+    from kdakit.kernels import verify
+
+    seen = []
+    original = verify.helion_kda_verify
+
+    def spy(**kwargs):
+        seen.append((kwargs["intermediate_state_indices"].shape[0], kwargs["cache_indices"].shape[0]))
+        return original(**kwargs)
+
+    shape = lifecycle.Shape(heads=1, head_dim=32, prefill_lens=(3, 4), decode_steps=0)
+    verify.helion_kda_verify = spy
+    try:
+        with lifecycle.Lifecycle("helion", shape, device="cpu") as life:
+            reqs = [life.new_request() for _ in shape.prefill_lens]
+            life.extend(reqs, list(shape.prefill_lens))
+            life.verify(reqs, [2, 3])
+    finally:
+        verify.helion_kda_verify = original
+    assert seen and all(rows > n for rows, n in seen), seen
+
+
+def test_unknown_arm_is_one_clear_error():
+    with pytest.raises(ValueError, match="unknown arm 'fast'; arms: triton, helion, helion-upstream"):
+        lifecycle.arm_settings("fast")
