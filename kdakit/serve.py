@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import warnings
 from datetime import UTC, datetime
@@ -35,6 +36,23 @@ def check_with_live_parser(plan: Plan) -> bool:
     except (argparse.ArgumentError, SystemExit) as exc:
         raise UsageError(f"SGLang's own parser rejects the command: {exc}") from None
     return True
+
+
+def check_helion_kernels(plan: Plan) -> None:
+    """For a Helion arm: resolve and import its kernels as the patched adapter will at start-up, under the
+    plan's environment, so a wrong SGLang or a broken kernel module stops here with one line."""
+    from kdakit import profiles
+
+    if profiles.arms()[plan.arm]["kda_backend"] != "helion":
+        return
+    code = "from kdakit.kernels.integration import helion_kda_modules; helion_kda_modules(quiet=True)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **plan.env}, capture_output=True, text=True
+    )
+    if proc.returncode:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()] or [f"exit {proc.returncode}"]
+        last = lines[-1]
+        raise UsageError(last[last.find("kdakit: ") :] if "kdakit: " in last else last)
 
 
 def write_record(plan: Plan, results: Path) -> Path:
@@ -68,6 +86,7 @@ def _run(args) -> int:
         return 0
     if shutil.which(plan.argv[0]) is None:
         raise UsageError(f"{plan.argv[0]!r} is not on PATH: run `kdakit serve` inside the kdakit image")
+    check_helion_kernels(plan)
     os.execvpe(plan.argv[0], plan.argv, {**os.environ, **plan.env})
     return 0  # not reached
 

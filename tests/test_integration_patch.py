@@ -116,3 +116,22 @@ def test_invalid_switch_value_fails_clearly(tree: Path, monkeypatch):
     monkeypatch.setenv(integration.ENV_VAR, "Kdakit")
     with pytest.raises(ValueError, match="must be one of"):
         integration.selected_kernels()
+
+
+def test_startup_refuses_another_sglang(monkeypatch):
+    from importlib import metadata
+
+    monkeypatch.setattr(metadata, "version", lambda name: "0.5.22" if name == "sglang" else "0")
+    with pytest.raises(integration.KernelResolutionError, match="needs SGLang 0.5.23.*has 0.5.22"):
+        integration.helion_kda_modules(quiet=True)
+
+
+def test_startup_names_a_kernel_module_that_does_not_import(monkeypatch):
+    monkeypatch.setitem(integration.KDAKIT_MODULES, "verify", "kdakit.kernels.no_such_module")
+    monkeypatch.setenv(integration.ENV_VAR, "kdakit")
+    with pytest.raises(integration.KernelResolutionError) as info:
+        integration.helion_kda_modules(quiet=True)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("kdakit: verify kernel module kdakit.kernels.no_such_module")
+    assert "ModuleNotFoundError" in message

@@ -53,3 +53,26 @@ def test_serve_without_sglang_on_path_says_where_to_run(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path)}
     r = serve(tmp_path, "--sku", "b200", "--arm", "triton", env=env)
     assert r.returncode == 2 and "inside the kdakit image" in r.stderr
+
+
+def test_serve_stops_at_startup_when_the_helion_kernels_do_not_import(tmp_path):
+    """A Helion arm whose kernels cannot import (here: a broken helion shadows the real one) never starts
+    SGLang: one line names the module and the cause."""
+    dump = tmp_path / "exec.json"
+    fake_sglang(tmp_path / "bin", dump)
+    broken = tmp_path / "shadow" / "helion"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('this helion is broken')\n")
+    env = {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+        "PYTHONPATH": f"{tmp_path / 'shadow'}:{os.environ.get('PYTHONPATH', '')}",
+    }
+    r = serve(tmp_path, "--sku", "h200", "--arm", "helion", env=env)
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == (
+        "kdakit serve: error: kdakit: decode kernel module kdakit.kernels.decode "
+        "(KDAKIT_HELION_KERNELS=kdakit) does not import: ImportError: this helion is broken"
+    )
+    assert not dump.exists(), "SGLang was started"

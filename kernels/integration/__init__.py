@@ -4,14 +4,14 @@ The patch touches one file, SGLang's Helion adapter (`srt/layers/attention/linea
 instead of importing SGLang's own Helion entry points it imports them from the modules that
 `helion_kda_modules()` names, chosen once at import time from `KDAKIT_HELION_KERNELS`:
 
-- `kdakit` (default): decode and verify from kdakit's kernels; prefill from kdakit's `chunk_kda` when
-  `kdakit.kernels.prefill` exists, else SGLang's upstream Helion prefill;
+- `kdakit` (default): decode, verify and prefill from kdakit's kernels;
 - `upstream`: SGLang's own Helion kernels, as if unpatched (the `helion-upstream` arm).
 
 The `--linear-attn-{prefill,decode,verify}-backend helion` flags keep working verbatim: the patch changes
 which kernels the Helion backend calls, never how it is selected. ReplaySSM decode stays upstream.
 
-This module must stay light (no torch import): the patched SGLang imports it at start-up.
+This module must stay light (no torch import at its own import): the patched SGLang imports it at start-up,
+and `helion_kda_modules()` then imports the chosen kernel modules, so a broken one stops the server there.
 """
 
 from __future__ import annotations
@@ -60,22 +60,50 @@ def selected_kernels() -> str:
     return value
 
 
-def _module_exists(name: str) -> bool:
+class KernelResolutionError(RuntimeError):
+    """The patched adapter cannot serve: wrong SGLang, or a Helion entry point that does not import."""
+
+
+def _check_sglang_version() -> None:
+    from importlib import metadata
+
+    from kdakit import pins
+
+    wanted = pins.package("sglang")
     try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
+        found = metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        found = None
+    if found != wanted:
+        raise KernelResolutionError(
+            f"kdakit: the Helion KDA arm needs SGLang {wanted}, the version its patch and kernel contracts "
+            f"are written for; this environment has {found or 'no SGLang'}"
+        )
+
+
+def _check_entry_point(phase: str, module_name: str) -> None:
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - whatever breaks the import stops the server here
+        raise KernelResolutionError(
+            f"kdakit: {phase} kernel module {module_name} (KDAKIT_HELION_KERNELS={selected_kernels()}) "
+            f"does not import: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not callable(getattr(module, ENTRY_POINTS[phase], None)):
+        raise KernelResolutionError(f"kdakit: {module_name} has no {ENTRY_POINTS[phase]}() for {phase}")
 
 
 def helion_kda_modules(quiet: bool = False) -> dict[str, str]:
-    """Phase -> module holding its Helion entry point, under the current environment (called by the patch)."""
+    """Phase -> module holding its Helion entry point, under the current environment (called by the patch).
+
+    Runs where the patched adapter is imported, i.e. when SGLang's KDA dispatcher is built at server
+    start-up: a wrong SGLang, an unknown KDAKIT_HELION_KERNELS or an entry point that does not import
+    stops the server there with one line (KernelResolutionError), never at the first request."""
     choice = selected_kernels()
-    if choice == "upstream":
-        modules = dict(UPSTREAM_MODULES)
-    else:
-        modules = dict(KDAKIT_MODULES)
-        if not _module_exists(KDAKIT_MODULES["prefill"]):
-            modules["prefill"] = UPSTREAM_MODULES["prefill"]
+    _check_sglang_version()
+    modules = dict(UPSTREAM_MODULES if choice == "upstream" else KDAKIT_MODULES)
+    for phase, module_name in modules.items():
+        _check_entry_point(phase, module_name)
     if not quiet:
         log.warning(
             "kdakit: Helion KDA kernels from %s (%s=%s): decode=%s verify=%s prefill=%s",
