@@ -148,6 +148,9 @@ def check_gpus(
 
 
 def check_docker(info: dict | None, require_nvidia_runtime: bool) -> list[Verdict]:
+    # `docker info` with no engine behind it still prints the client's half, with ServerErrors
+    if info is not None and (info.get("ServerErrors") or not info.get("ServerVersion")):
+        info = None
     if info is None:
         out = [
             Verdict("docker", False, "cannot reach the Docker engine", "start dockerd and check DOCKER_HOST")

@@ -54,9 +54,12 @@ def test_unknown_memory_is_not_idle():
 
 def test_docker_runtime():
     assert not pf.check_docker(None, True)[0].ok
+    # the client's half only: `docker info` printed it although no engine answered
+    down = {"ServerErrors": ["Cannot connect to the Docker daemon at unix:///x.sock"], "Runtimes": {}}
+    assert [v.ok for v in pf.check_docker(down, True)] == [False, False]
     v = _by_check(pf.check_docker({"ServerVersion": "28.2", "Runtimes": {"runc": {}}}, True))
     assert v["docker"].ok and not v["nvidia-runtime"].ok
-    v = _by_check(pf.check_docker({"Runtimes": {"runc": {}, "nvidia": {}}}, True))
+    v = _by_check(pf.check_docker({"ServerVersion": "28.2", "Runtimes": {"runc": {}, "nvidia": {}}}, True))
     assert v["nvidia-runtime"].ok
     assert "nvidia-runtime" not in _by_check(pf.check_docker({"Runtimes": {}}, False))
 

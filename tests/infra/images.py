@@ -111,11 +111,12 @@ def _stale(entry: Path, stamp: Path) -> bool:
         return True
 
 
-def prune_cache(budget: int | None = None, log=sys.stderr) -> int:
+def prune_cache(budget: int | None = None, log=None) -> int:
     """Keep the cache within budget (default CACHE_BUDGET): drop tarballs and wheelhouses no run uses now,
     the image-building engine's images this run did not use, BuildKit cache beyond 2 GB, and pool wheels no
     wheelhouse links to. Runs at the end of each test process that used the cache; returns the size left."""
     budget = CACHE_BUDGET if budget is None else budget
+    log = log or sys.__stderr__  # at exit pytest's captured stderr is closed already
     for tarball in (CACHE / "tarballs").glob("*.tar.zst"):
         if _stale(tarball, tarball):
             for path in (tarball, Path(f"{tarball}.sha256"), Path(f"{tarball}.id"), Path(f"{tarball}.lock")):

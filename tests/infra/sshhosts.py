@@ -323,19 +323,7 @@ def up(
                 )
             )
             run_claim.record("pidfiles", str(host.sshd_pidfile))
-            _run(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    host.netns,
-                    SSHD,
-                    "-f",
-                    str(config),
-                    "-E",
-                    str(host.root / "sshd.log"),
-                ]
-            )
+            start_sshd(host)
             if engine_root is not None:
                 host.engine = _start_engine_slot(Path(engine_root), name, host.netns, run_claim)
         deadline = time.monotonic() + 20
@@ -348,6 +336,25 @@ def up(
     except BaseException:
         down(hosts)
         raise
+
+
+def start_sshd(host: TestHost, wait: float = 0) -> None:
+    """(Re)start the host's sshd from its config (fault tests stop it to make the host unreachable)."""
+    config = host.root / "sshd_config"
+    _run(["ip", "netns", "exec", host.netns, SSHD, "-f", str(config), "-E", str(host.root / "sshd.log")])
+    deadline = time.monotonic() + wait
+    while wait and not _port_open(host.address, 22):
+        if time.monotonic() > deadline:
+            raise HostError(f"sshd of {host.name} does not answer on {host.address}:22")
+        time.sleep(0.1)
+
+
+def stop_sshd(host: TestHost) -> None:
+    """Stop the host's sshd and its sessions: from now on the host is unreachable."""
+    _kill_pidfile(host.sshd_pidfile)
+    deadline = time.monotonic() + 10
+    while _port_open(host.address, 22) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def _start_engine_slot(engine_root: Path, name: str, netns: str, run_claim: Claim) -> dockerd.Dockerd:
