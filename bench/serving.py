@@ -294,14 +294,14 @@ def run_serving(args: argparse.Namespace) -> int:
             common = dict(base_url=base_url, tokenizer=tokenizer, dataset=dataset, dataset_path=dataset_path)
             error, status, http_errors = None, None, {}
 
-            def limited(outcome: bounded.Outcome, what: str) -> str | None:
+            def limited(outcome: bounded.Outcome, what: str, label: str = point.label) -> str | None:
                 """The point's error when a limit stopped the client (and the bench stops too)."""
                 nonlocal status, hung
                 if outcome.status == "exited":
                     return None
                 status = "hung" if outcome.status == "stalled" else "timed out"
                 hung = bounded.hung_line(
-                    f"bench {point.label} {what}", where["host"], base_url, outcome,
+                    f"bench {label} {what}", where["host"], base_url, outcome,
                     protocol.request_timeout_s, protocol.run_timeout_s,
                 )  # fmt: skip
                 return hung

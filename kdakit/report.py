@@ -843,7 +843,9 @@ def _acc(m: dict, name: str) -> str:
 
 def _tool_text(m: dict) -> str:
     tool = m.get("tool")
-    return f"{tool['name']} {tool['version'] or ''}".strip() if tool else "lm-eval"
+    if tool:
+        return f"{tool['name']} {tool['version'] or ''}".strip()
+    return "sglang-run-eval" if m["verdict_metric"] == "numeric" else "lm-eval"  # records before "tool"
 
 
 def _questions_text(m: dict) -> str:

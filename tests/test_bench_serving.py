@@ -60,7 +60,8 @@ def real_run(tmp_path_factory):
     it covers; its request log shows every generation request and every flush in order."""
     tmp = tmp_path_factory.mktemp("bench-real")
     tokenizer = tiny_tokenizer.build(tmp / "tok")
-    args = ["--accept-length", "3.25", "--accept-drift", "0.125", "--request-log", str(tmp / "requests.jsonl")]
+    args = ["--accept-length", "3.25", "--accept-drift", "0.125"]
+    args += ["--request-log", str(tmp / "requests.jsonl")]
     for phase in ("prefill", "decode", "verify"):
         args += ["--server-arg", f"linear_attn_{phase}_backend=helion"]
     proc, url = fake.start_background(*args)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kdakit.evals import gsm8k
 
-from kdakit import cli, results
+from kdakit import cli, report, results
 
 FAKE_PATH = Path(__file__).parent / "fakes" / "openai_server.py"
 FAKE_NVIDIA_SMI = Path(__file__).parent / "fakes" / "nvidia_smi.py"
@@ -159,6 +159,13 @@ def test_pr_protocol_is_sglang_run_eval_with_the_prs_rows_shots_and_flags(tmp_pa
         tel = m["telemetry"]
         assert tel["source"] == "nvidia-smi" and tel["samples"] >= 2 * 2 and set(tel["gpus"]) == {"0", "1"}
         assert (raw / "telemetry.csv").read_text().startswith("t_s,time,gpu,sm_mhz")
+    # The fake GPU 0 hits its power cap from the third sample on: warned in the records and in the report.
+    assert "GPU 0 throttled during run 2: software power cap" in m["telemetry"]["warnings"]
+    md_path, _ = report.write_report(tmp_path / "g", tmp_path / "report")
+    md = md_path.read_text()
+    assert "Warnings (measured runs only): triton-pr-run1.result.json: GPU 0 throttled during run 1" in md
+    assert len(list((tmp_path / "report" / "report-plots").glob("telemetry-triton-pr-run*.png"))) == 2
+    assert "| not published (pr, H200, triton) | n/a |" in md  # matched on GPU and arm, SKU normalised
 
 
 def test_hung_server_stops_the_run_within_its_limit_and_keeps_the_record(tmp_path, capsys):

@@ -237,3 +237,156 @@ def test_report_works_with_any_kind_absent(tmp_path, missing):
     assert {"serving": "No serving results.", "kernels": "No kernel results.", "gsm8k": "No GSM8K results."}[
         missing
     ] in md
+
+
+# ---- repeats, statistics, SKU and GSM8K matching
+
+
+def _serving(root: Path, arm: str, protocol: str, points: list, created: str, name: str, sku: str = "H200"):
+    metrics = {"dataset": "random-ids", "backend": "sglang", "runs_per_point": 2, "points": points}
+    record = _record("serving", arm, metrics, created, protocol=protocol)
+    record["sku"] = sku
+    results.write_result(root / "r1" / "h1" / "serving" / name, record)
+
+
+def _rigorous_tree(root: Path, interleave: bool = True) -> Path:
+    """Five visits per arm; per point a known helion/triton ratio and a known visit-to-visit spread."""
+    spread = [0.0, 1.0, -1.0, 0.5, -0.5]  # per visit, in units of the point's noise
+    cases = {  # concurrency: (triton tok/s, true ratio, noise)
+        1: (400.0, 1.03, 0.003),  # 3 % faster, little noise: different
+        16: (2500.0, 1.001, 0.0005),  # 0.1 %, tiny noise: within ±1 %
+        48: (3600.0, 1.004, 0.01),  # 0.4 %, 1 % noise: inconclusive at n = 5
+    }
+    for k in range(5):
+        for arm in ARMS:
+            points = []
+            for c, (base, ratio, noise) in cases.items():
+                sign = 1 if arm == "triton" else -1  # the arms' visits vary independently
+                value = base * (ratio if arm == "helion" else 1.0) * (1 + sign * spread[k] * noise)
+                points.append(_point(4096, 1024, c, 8, [value * 0.999, value * 1.001]))
+            minute = (2 * k + (arm == "helion")) if interleave else (k + 5 * (arm == "helion"))
+            created = f"2026-11-29T10:{minute:02d}:00+00:00"
+            _serving(root, arm, "rigorous", points, created, f"{arm}-rigorous" + (f"-{k + 1}" if k else "")
+                     + ".result.json")  # fmt: skip
+    return root
+
+
+ARMS = ("triton", "helion")
+
+
+def test_rigorous_verdicts_on_synthetic_runs_with_known_differences(tmp_path):
+    root = _rigorous_tree(tmp_path / "results")
+    rows = report.serving_rows(report.collect(root), report.load_published())
+    rows = {r["key"][2]: r for r in rows if r["key"][0] == 4096}
+    assert rows[1]["verdict"] == "different (CI excludes 1)"
+    assert rows[16]["verdict"] == "within ±1 % (CI inside the band)"
+    needed = report.stats.repeats_needed(rows[48]["ci"], 1.0)
+    assert needed > 5 and rows[48]["verdict"] == f"inconclusive at n = 5; about {needed} repeats needed"
+    for c, true_ratio in ((1, 1.03), (16, 1.001), (48, 1.004)):
+        ci = rows[c]["ci"]
+        assert ci.paired and ci.n == 5 and ci.low < true_ratio < ci.high
+        assert rows[c]["aa"].n == 10  # run 2 / run 1 in every visit of both arms
+        assert rows[c]["aa_verdict"] == "within ±1 % (CI inside the band)"
+        assert rows[c]["interleaved"]
+    md = report.to_markdown(report.build(root, plots=False), "t")
+    assert "visits interleaved (ABAB…)." in md
+    assert "| 4096 / 1024 | 16 | 2500.00 | 2502.50 | +0.10% |" in md and "| 5 / 5 | 1.0010 [" in md
+    claim = next(line for line in md.splitlines() if "(protocol rigorous)" in line)
+    assert "| does not hold | 1 of 3 points with the 95 % CI inside ±1 %, 1 outside" in claim
+    sections = report.build(root)  # plots: error bars and the ratio plot render
+    assert any(isinstance(b, report.Plot) and b.filename.startswith("serving-ratio-") for s in sections
+               for b in s.blocks)  # fmt: skip
+
+
+def test_visits_not_interleaved_are_flagged(tmp_path):
+    root = _rigorous_tree(tmp_path / "results", interleave=False)
+    md = report.to_markdown(report.build(root, plots=False), "t")
+    assert "visits NOT interleaved." in md
+
+
+def test_reruns_are_repeats_counted_and_pooled_not_the_latest(tmp_path):
+    root = tmp_path / "results"
+    for k, (t, h) in enumerate([(100.0, 101.0), (200.0, 202.0), (300.0, 303.0)]):
+        for arm, v in (("triton", t), ("helion", h)):
+            name = f"{arm}-pr" + (f"-{k + 1}" if k else "") + ".result.json"
+            _serving(
+                root,
+                arm,
+                "pr",
+                [_point(4096, 1024, 1, 8, [v, v, v])],
+                f"2026-11-29T09:0{2 * k}:0{arm == 'helion'}+00:00",
+                name,
+            )
+    rows = report.serving_rows(report.collect(root), report.load_published())
+    row = next(r for r in rows if r["key"] == (4096, 1024, 1))
+    assert (row["triton"], row["helion"]) == (200.0, 202.0)  # the median of the three repeats, not the last
+    assert row["ci_basis"] == "paired over 3 visits" and report._repeats_text(row["visits"]) == "3 / 3"
+    md = report.to_markdown(report.build(root, plots=False), "t")
+    assert "triton: dataset random-ids, 2 runs per point, 3 repeat(s)" in md
+
+
+def test_lowercase_sku_from_the_playbooks_matches_the_published_numbers(tmp_path):
+    root = build_fixture_tree(tmp_path / "results")
+    for path in root.rglob("*.result.json"):
+        record = results.read_result(path)
+        record["sku"] = "h200"  # what group_vars' kdakit_sku gives $KDAKIT_SKU
+        results.write_result(path, record)
+    md = report.to_markdown(report.build(root, plots=False), "t")
+    assert "| 4096 / 1024 | 1 | 438.00 | 442.00 | +0.91% | 438.42 | 442.10 | +0.84% |" in md
+    assert (
+        "| Helion throughput is within ±1% of Triton on H200 | 000_73b73c95dc10b4a8 | holds where measured"
+        in md
+    )
+    assert "| 0.9900 (000_73b73c95dc10b4a8) | +0.00 |" in md
+
+
+def _gsm8k(root, name, arm, sku, value, run=1, n=100, limited=False, protocol="pr"):
+    metrics = {"run_index": run, "status": "ok", "n_questions": n, "accuracy_numeric": value,
+               "threshold": 0.93, "verdict_metric": "numeric", "verdict": "pass" if value >= 0.93 else "fail",
+               "limited": limited, "protocol_questions": 100}  # fmt: skip
+    record = _record("gsm8k", arm, metrics, f"2026-11-29T09:{run:02d}:00+00:00", protocol=protocol)
+    record["sku"] = sku
+    results.write_result(root / "r1" / "h1" / "gsm8k" / name, record)
+
+
+def test_gsm8k_published_matched_on_protocol_gpu_and_arm_and_limited_runs_never_compared(tmp_path):
+    root = tmp_path / "results"
+    _gsm8k(root, "a.result.json", "helion", "H200", 0.98)
+    _gsm8k(root, "b.result.json", "triton", "H200", 0.97)
+    _gsm8k(root, "c.result.json", "helion", "B200", 0.97)
+    _gsm8k(root, "d.result.json", "helion", "H200", 1.0, n=20, limited=True)
+    md = report.to_markdown(report.build(root, plots=False), "t")
+    rows = [line for line in md.splitlines() if line.startswith("| h200-a |") and "(numeric)" in line]
+    assert len(rows) == 4
+    assert "| h200-a | H200 | helion | pr | sglang-run-eval | 1 | 100 | — | — | 0.9800 |" in md
+    assert any(
+        r.endswith("| 0.9800 | 0.93 | pass (numeric) | 0.9900 (000_73b73c95dc10b4a8) | -1.00 |") for r in rows
+    )
+    assert any(
+        r.endswith("| 0.9700 | 0.93 | pass (numeric) | not published (pr, H200, triton) | n/a |")
+        for r in rows
+    )
+    assert any(
+        "| B200 | helion |" in r and r.endswith("| not published (pr, B200, helion) | n/a |") for r in rows
+    )
+    assert any(
+        "| 20 limited |" in r and r.endswith("| limited run (20 of 100): not compared | n/a |") for r in rows
+    )
+
+
+def test_gsm8k_arm_differences_are_judged_against_run_to_run_noise(tmp_path):
+    root = tmp_path / "results"
+    for j, (t, h) in enumerate([(0.90, 0.95), (0.91, 0.96)], 1):
+        _gsm8k(root, f"t{j}.result.json", "triton", "H200", t, run=j)
+        _gsm8k(root, f"h{j}.result.json", "helion", "H200", h, run=j)
+    (d,) = report.gsm8k_arm_differences(report.collect(root).gsm8k)
+    assert d["noise"] == "run-to-run" and d["difference_pts"] == pytest.approx(5.0)
+    assert d["verdict"].startswith("different: +5.00 pts, beyond the ±")
+    for path in root.rglob("*.result.json"):
+        path.unlink()
+    for j in (1, 2):  # identical runs measure no noise: the binomial noise of 100 questions stands in
+        _gsm8k(root, f"t{j}.result.json", "triton", "H200", 0.905, run=j)
+        _gsm8k(root, f"h{j}.result.json", "helion", "H200", 0.92, run=j)
+    (d,) = report.gsm8k_arm_differences(report.collect(root).gsm8k)
+    assert d["noise"] == "binomial (runs identical or single)"
+    assert d["verdict"].startswith("no difference beyond the noise: +1.50 pts within ±")
