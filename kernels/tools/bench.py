@@ -608,16 +608,24 @@ def _params(cfg: BenchConfig, gen):
     return A_log.float().contiguous(), dt_bias.float().contiguous()
 
 
+def _split_qkv(packed, cfg: BenchConfig) -> tuple:
+    """q, k, v as [1, T, heads, dim] views of the packed projection, the way SGLang's adapters split it."""
+    H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
+    q, k, v = packed.split([H * K, H * K, HV * V], dim=-1)
+    return (
+        q.unflatten(-1, (H, K)).unsqueeze(0),
+        k.unflatten(-1, (H, K)).unsqueeze(0),
+        v.unflatten(-1, (HV, V)).unsqueeze(0),
+    )
+
+
 def decode_call(arm: str, fn, cfg: BenchConfig, x: dict, A_log, dt_bias, pool, idx, qsl):
     """One decode call the way SGLang's adapters make it."""
-    H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
+    HV, K, V = cfg.value_heads, cfg.head_dim, cfg.head_dim
     scale = K**-0.5
     if arm == "triton":  # TritonKDAKernel.decode: q/k/v are views of the packed projection
         batch = x["mixed_qkv"].shape[0]
-        q, k, v = x["mixed_qkv"].split([H * K, H * K, HV * V], dim=-1)
-        q = q.unflatten(-1, (H, K)).unsqueeze(0)
-        k = k.unflatten(-1, (H, K)).unsqueeze(0)
-        v = v.unflatten(-1, (HV, V)).unsqueeze(0)
+        q, k, v = _split_qkv(x["mixed_qkv"], cfg)
         o = fn(
             A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=x["a"], b=x["b"],
             initial_state_source=pool, initial_state_indices=idx, cu_seqlens=qsl,
@@ -634,11 +642,8 @@ def decode_call(arm: str, fn, cfg: BenchConfig, x: dict, A_log, dt_bias, pool, i
 
 
 def verify_call(arm: str, fn, cfg: BenchConfig, x: dict, A_log, dt_bias, pool, idx, rows, qsl, snapshots):
-    H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
-    q, k, v = x["mixed_qkv"].split([H * K, H * K, HV * V], dim=-1)
-    q = q.unflatten(-1, (H, K)).unsqueeze(0)
-    k = k.unflatten(-1, (H, K)).unsqueeze(0)
-    v = v.unflatten(-1, (HV, V)).unsqueeze(0)
+    HV, V = cfg.value_heads, cfg.head_dim
+    q, k, v = _split_qkv(x["mixed_qkv"], cfg)
     common = dict(
         A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=x["a"], b=x["b"],
         intermediate_states_buffer=snapshots, intermediate_state_indices=rows,
@@ -657,11 +662,7 @@ def verify_call(arm: str, fn, cfg: BenchConfig, x: dict, A_log, dt_bias, pool, i
 
 def prefill_call(fn, cfg: BenchConfig, x: dict, A_log, dt_bias, pool, idx, cu):
     """HelionKDAKernel/TritonKDAKernel.extend: q/k/v views of the conv output, o written into v."""
-    H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
-    q, k, v = x["qkv"].split([H * K, H * K, HV * V], dim=-1)
-    q = q.unflatten(-1, (H, K)).unsqueeze(0)
-    k = k.unflatten(-1, (H, K)).unsqueeze(0)
-    v = v.unflatten(-1, (HV, V)).unsqueeze(0)
+    q, k, v = _split_qkv(x["qkv"], cfg)
     out = fn(
         q=q, k=k, v=v, g=x["g"], beta=x["beta"], initial_state=pool, initial_state_indices=idx,
         use_qk_l2norm_in_kernel=True, cu_seqlens=cu, A_log=A_log, dt_bias=dt_bias,

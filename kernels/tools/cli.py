@@ -26,6 +26,7 @@ class _DefaultsShown(argparse.HelpFormatter):
 def register(sub: argparse._SubParsersAction) -> None:
     from kdakit.kernels import shapes
     from kdakit.kernels.tools import bench as bench_module
+    from kdakit.kernels.tools import upstream
     from kdakit.kernels.tuned import PREFILL_KERNELS
 
     model, bench_defaults, tune_defaults = (shapes.load()[t] for t in ("model", "bench", "autotune"))
@@ -67,23 +68,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--replays", type=int, default=bench_defaults["replays"],
         help=f"timed graph replays per arm (>= {bench_defaults['min_replays']})",
     )  # fmt: skip
-    bench.add_argument(
-        "--upstream",
-        choices=("auto", "installed", "extracted"),
-        default="auto",
-        help="SGLang's kernels: the installed package, or extracted from the pinned wheel (auto: installed "
-        "if it imports)",
-    )
+    upstream_help = "SGLang's kernels: installed, or extracted from the pinned wheel (auto: installed if any)"
+    bench.add_argument("--upstream", choices=upstream.SOURCES, default="auto", help=upstream_help)
     bench.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
     bench.add_argument("--run-id", default=None, help="the run's folder name (default: kernels-<UTC time>)")
     bench.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    bench.add_argument(
-        "--configs",
-        choices=("shipped", "default", "both"),
-        default="shipped",
-        help="kdakit kernels' configs: tuned ones shipped for this GPU (fallback: default), the defaults, or "
-        "both in one run (arms helion-kdakit and helion-kdakit-default, side by side)",
+    configs_help = (
+        "kdakit kernels' configs: tuned ones shipped for this GPU (fallback: default), the defaults, or both "
+        "in one run (arms helion-kdakit and helion-kdakit-default, side by side)"
     )
+    bench.add_argument("--configs", choices=bench_module.CONFIG_MODES, default="shipped", help=configs_help)
     bench.set_defaults(func=cmd_bench)
 
     prefill_names = ", ".join(PREFILL_KERNELS)
@@ -126,48 +120,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--dry-run", action="store_true", help="print the plan and target files, tune nothing")
     tune.set_defaults(func=cmd_autotune)
 
-    fetch = kernels.add_parser(
-        "fetch-upstream",
-        help="extract SGLang's KDA kernel modules from the pinned wheel (pip download if needed)",
-        description="Extract SGLang's KDA kernel modules from the pinned wheel, for `kernels bench "
-        "--upstream extracted` where SGLang is not installed.",
-    )
-    fetch.add_argument("--dest", default=None, help="default: $KDAKIT_UPSTREAM_DIR or ~/.cache/kdakit/")
-    fetch.add_argument("--wheel", default=None, help="a local sglang wheel (else found or downloaded)")
-    fetch.add_argument("--force", action="store_true", help="extract again even if present")
-    fetch.set_defaults(func=cmd_fetch)
-
-    record = kernels.add_parser(
-        "record",
-        help="print the table of a bench's raw JSON and write its kdakit.result.v1 record beside it",
-        description="Print the table of a kernels-bench.json and write its kdakit.result.v1 record beside "
-        "it (for a bench run on a host without jsonschema).",
-    )
-    record.add_argument("raw", help="a kernels-bench.json written by `kdakit kernels bench`")
-    record.add_argument("--run-id", default=None, help="default: the folder above the host folder")
-    record.set_defaults(func=cmd_record)
-
-    table = kernels.add_parser(
-        "bench-table",
-        help="print (or --write into kernels/BENCH.md) the current table from the latest bench record",
-        description="The current-results section of kernels/BENCH.md, generated from a kernels-bench.json "
-        "(default: the newest under measurements/kernels-bench/).",
-    )
-    table.add_argument("raw", nargs="?", default=None, help="a kernels-bench.json (default: the newest)")
-    table.add_argument("--write", action="store_true", help="replace the section in kernels/BENCH.md")
-    table.add_argument("--check", action="store_true", help="exit 1 when kernels/BENCH.md's section differs")
-    table.set_defaults(func=cmd_bench_table)
-
-    patch = kernels.add_parser(
-        "patch",
-        help="apply (or --check) the patch that makes SGLang's Helion KDA backend call kdakit's kernels",
-        description="Apply kdakit's patch to the installed SGLang so its Helion KDA backend calls kdakit's "
-        "kernels (KDAKIT_HELION_KERNELS=kdakit|upstream chooses at start-up).",
-    )
-    patch.add_argument("--site-packages", default=None, help="default: where sglang is installed")
-    patch.add_argument("--check", action="store_true", help="only report: applies, applied or conflict")
-    patch.add_argument("--resolve", action="store_true", help="print which modules SGLang's entry points use")
-    patch.set_defaults(func=cmd_patch)
+    for name, (func, help_text, options) in _SIMPLE_COMMANDS.items():
+        command = kernels.add_parser(name, help=help_text)
+        for option, option_help in options.items():
+            if option in _SWITCHES:
+                command.add_argument(option, action="store_true", help=option_help)
+            else:
+                optional = option.endswith("?")
+                command.add_argument(option.rstrip("?"), nargs="?" if optional else None, help=option_help)
+        command.set_defaults(func=func)
 
 
 def _positive(value: int, name: str, minimum: int = 1) -> int:
@@ -287,3 +248,40 @@ def cmd_bench_table(args: argparse.Namespace) -> int:
         return 0 if same else 1
     print(section)
     return 0
+
+
+_SWITCHES = {"--force", "--write", "--check", "--resolve"}  # options that take no value
+# name -> (handler, help, {option: its help}) of the subcommands whose options are switches and paths.
+_SIMPLE_COMMANDS = {
+    "fetch-upstream": (
+        cmd_fetch,
+        "extract SGLang's KDA kernel modules from the pinned wheel (pip download if needed), for "
+        "`kernels bench --upstream extracted` where SGLang is not installed",
+        {"--dest": "default: $KDAKIT_UPSTREAM_DIR or ~/.cache/kdakit/",
+         "--force": "extract again even if present",
+         "--wheel": "a local sglang wheel (else found or downloaded)"},
+    ),
+    "record": (
+        cmd_record,
+        "print the table of a bench's raw JSON and write its kdakit.result.v1 record beside it (for a bench "
+        "run on a host without jsonschema)",
+        {"raw": "a kernels-bench.json written by `kdakit kernels bench`",
+         "--run-id": "default: the folder above the host folder"},
+    ),
+    "bench-table": (
+        cmd_bench_table,
+        "print (or --write into kernels/BENCH.md) the current table from the newest record under "
+        "measurements/kernels-bench/ (or RAW)",
+        {"raw?": "a kernels-bench.json (default: the newest)",
+         "--write": "replace the section in kernels/BENCH.md",
+         "--check": "exit 1 when kernels/BENCH.md's section differs"},
+    ),
+    "patch": (
+        cmd_patch,
+        "apply (or --check) the patch that makes SGLang's Helion KDA backend call kdakit's kernels "
+        "(KDAKIT_HELION_KERNELS=kdakit|upstream chooses at start-up)",
+        {"--site-packages": "default: where sglang is installed",
+         "--check": "only report: applies, applied or conflict",
+         "--resolve": "print which modules SGLang's entry points use"},
+    ),
+}  # fmt: skip

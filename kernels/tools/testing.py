@@ -37,19 +37,10 @@ def _randn(shape, gen, device, dtype, scale=1.0):
 
 
 def decode_case(
-    B: int,
-    H: int,
-    HV: int,
-    K: int,
-    V: int,
-    slots: int,
-    *,
-    indices: list[int] | None = None,
-    state_dtype: torch.dtype = torch.float32,
-    act_dtype: torch.dtype = torch.bfloat16,
-    device: str | torch.device = "cpu",
-    seed: int = 0,
-) -> dict:
+    B: int, H: int, HV: int, K: int, V: int, slots: int, *, indices: list[int] | None = None,
+    state_dtype: torch.dtype = torch.float32, act_dtype: torch.dtype = torch.bfloat16,
+    device: str | torch.device = "cpu", seed: int = 0,
+) -> dict:  # fmt: skip
     """Arguments of `helion_fused_recurrent_kda_packed_decode` (except scale/flags) as a dict."""
     gen = torch.Generator().manual_seed(seed)
     if indices is None:
@@ -67,24 +58,11 @@ def decode_case(
 
 
 def verify_case(
-    lengths: list[int],
-    H: int,
-    HV: int,
-    K: int,
-    V: int,
-    slots: int,
-    *,
-    cache_indices: list[int],
-    rows: list[int],
-    num_rows: int,
-    cache_steps: int | None = None,
-    parents: list[list[int]] | None = None,
-    pad_tokens: int = 0,
-    snapshot_dtype: torch.dtype = torch.float32,
-    act_dtype: torch.dtype = torch.bfloat16,
-    device: str | torch.device = "cpu",
-    seed: int = 0,
-) -> dict:
+    lengths: list[int], H: int, HV: int, K: int, V: int, slots: int, *, cache_indices: list[int],
+    rows: list[int], num_rows: int, cache_steps: int | None = None, parents: list[list[int]] | None = None,
+    pad_tokens: int = 0, snapshot_dtype: torch.dtype = torch.float32, act_dtype: torch.dtype = torch.bfloat16,
+    device: str | torch.device = "cpu", seed: int = 0,
+) -> dict:  # fmt: skip
     """Keyword arguments of `helion_kda_verify` (except lower_bound) as a dict."""
     gen = torch.Generator().manual_seed(seed)
     steps = cache_steps or max(lengths)

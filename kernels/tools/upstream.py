@@ -274,11 +274,8 @@ def find_wheel(download: bool = True) -> Path:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def wheel_members(wheel: Path) -> list[str]:
@@ -390,9 +387,23 @@ def cuda_jit_dispatch(kernels: UpstreamKernels, enabled: bool):
 _LOADED: dict[str, UpstreamKernels] = {}
 
 
+SOURCES = ("auto", "installed", "extracted")
+
+
+# UpstreamKernels attribute -> "KERNEL_MODULES key:the SGLang function it is"
+ENTRY_POINTS = {
+    "triton_recurrent": "triton_recurrent:fused_sigmoid_gating_delta_rule_update",
+    "triton_packed_decode_dispatch": "triton_packed:fused_recurrent_kda_packed_decode",
+    "triton_chunk_kda": "triton_chunk:chunk_kda",
+    "helion_packed_decode": "helion_decode:helion_fused_recurrent_kda_packed_decode",
+    "helion_verify": "helion_verify:helion_kda_verify",
+    "helion_chunk_kda": "helion_prefill:chunk_kda",
+}
+
+
 def load(source: str = "auto", extract_dir: Path | None = None) -> UpstreamKernels:
-    """Import SGLang's KDA kernels. source: "auto", "installed" or "extracted"."""
-    if source not in ("auto", "installed", "extracted"):
+    """Import SGLang's KDA kernels. source: one of SOURCES (auto: installed if it imports, else extracted)."""
+    if source not in SOURCES:
         raise UsageError(f"unknown upstream source {source!r}: use auto, installed or extracted")
     key = f"{source}:{extract_dir}"
     if key in _LOADED:
@@ -417,18 +428,9 @@ def load(source: str = "auto", extract_dir: Path | None = None) -> UpstreamKerne
             kernels.modules[key_name] = importlib.import_module(module_name)
         except Exception as exc:  # e.g. helion missing: the Triton arms still work
             kernels.missing[key_name] = f"{type(exc).__name__}: {exc}"
-    m = kernels.modules
-    if "triton_recurrent" in m:
-        kernels.triton_recurrent = m["triton_recurrent"].fused_sigmoid_gating_delta_rule_update
-    if "triton_packed" in m:
-        kernels.triton_packed_decode_dispatch = m["triton_packed"].fused_recurrent_kda_packed_decode
-    if "triton_chunk" in m:
-        kernels.triton_chunk_kda = m["triton_chunk"].chunk_kda
-    if "helion_decode" in m:
-        kernels.helion_packed_decode = m["helion_decode"].helion_fused_recurrent_kda_packed_decode
-    if "helion_verify" in m:
-        kernels.helion_verify = m["helion_verify"].helion_kda_verify
-    if "helion_prefill" in m:
-        kernels.helion_chunk_kda = m["helion_prefill"].chunk_kda
+    for attr, entry in ENTRY_POINTS.items():
+        module_key, function = entry.split(":")
+        if module_key in kernels.modules:
+            setattr(kernels, attr, getattr(kernels.modules[module_key], function))
     _LOADED[key] = kernels
     return kernels

@@ -147,6 +147,16 @@ def test_every_arm_is_checked_against_the_first_that_runs_then_timed_and_failure
     assert set(row["arms"]) == {"triton", "helion-upstream", "helion-kdakit"}  # the optional arm is left out
 
 
+def test_the_packed_projection_splits_into_q_k_v_views_as_sglang_does():
+    torch = pytest.importorskip("torch")
+    cfg = bench.BenchConfig(heads=2, value_heads=4, head_dim=3)
+    packed = torch.arange(5 * (2 * 2 * 3 + 4 * 3), dtype=torch.float32).reshape(5, -1)
+    q, k, v = bench._split_qkv(packed, cfg)
+    assert q.shape == k.shape == (1, 5, 2, 3) and v.shape == (1, 5, 4, 3)
+    assert torch.equal(k[0, 2, 1], packed[2, 9:12]) and torch.equal(v[0, 4, 3], packed[4, 21:24])
+    assert v.data_ptr() == packed[:, 12:].data_ptr()  # views: prefill writes its output into v in place
+
+
 def test_table_has_the_pr_columns_changes_and_floor():
     table = bench.render_table(_result())
     lines = table.splitlines()
@@ -219,10 +229,16 @@ def test_a_failed_check_counts_as_failure():
         (["--verify-batches", "0"], "--verify-batches: expected positive integers"),
         (["--prefill-shapes", "4096"], "--prefill-shapes: expected BATCHxTOKENS"),
         (["--replays", "10"], "--replays must be >= 60"),
+        (["autotune", "--batches", "3"], "not batch buckets"),
+        (["autotune", "--batches", "x"], "comma-separated integers"),
+        (["autotune", "--kernels", "prefil"], "unknown kernel 'prefil'"),
+        (["autotune", "--heads", "0"], "positive integers"),
+        (["autotune", "--budget-seconds", "0"], "--budget-seconds must be >= 1"),
     ],
 )
 def test_cli_rejects_bad_input_in_one_line(argv, message, capsys):
-    assert main(["kernels", "bench", *argv]) == 2
+    command = ["autotune", "--sku", "h200", *argv[1:]] if argv[0] == "autotune" else ["bench", *argv]
+    assert main(["kernels", *command]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
 

@@ -198,9 +198,13 @@ def test_load_arms_adds_the_default_config_arms_only_for_both(monkeypatch):
     assert not any(k.endswith("helion-kdakit-default") for k in missing)
 
 
-def test_cli_bench_configs_both_sets_shipped_mode_before_needing_the_gpu(capsys, tmp_path):
+@pytest.mark.parametrize(
+    ("configs", "mode"), [("default", "default"), ("both", "shipped"), ("shipped", "shipped")]
+)
+def test_cli_bench_configs_sets_the_mode_before_needing_the_gpu(configs, mode, capsys, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: the bench would run")
-    assert main(["kernels", "bench", "--configs", "both", "--results-dir", str(tmp_path)]) == 2
-    assert tuned.mode() == "shipped"
+    tuned.set_mode("default" if mode == "shipped" else "shipped")
+    assert main(["kernels", "bench", "--configs", configs, "--results-dir", str(tmp_path)]) == 2
+    assert tuned.mode() == mode
     assert "needs an NVIDIA GPU" in capsys.readouterr().err
