@@ -9,14 +9,16 @@ Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
   version differ from what is installed (they would not be used); one tuned with another triton/torch is
   used, and listed as "active, tuned with other triton/torch: re-tune in the image";
 - with a GPU: a quick numerical parity of each Helion KDA kernel the arm runs against SGLang's Triton
-  kernel for the same phase. Without a GPU these rows are SKIP.
+  kernel for the same phase, and the arm's whole request lifecycle through SGLang's own KDA backend
+  (`kdakit.kernels.integration.lifecycle`: prefill, decode, chain verify, commit, a second verify round and
+  CUDA-graph replay with padded rows, at the PR's heads and head dim) against the fp64 reference, so an
+  ops team learns before serving that the arm works on its GPUs. Without a GPU these rows are SKIP.
 Exit code 1 when any check fails.
 """
 
 from __future__ import annotations
 
 import importlib.metadata as metadata
-import importlib.util
 import json
 import os
 import subprocess
@@ -28,8 +30,21 @@ from kdakit import pins
 
 IMAGE_PACKAGES = ("torch", "triton", "helion", "sglang", "lm-eval")
 ENV_VAR = "KDAKIT_HELION_KERNELS"
-# arm -> the value of KDAKIT_HELION_KERNELS that selects its kernels (None: the Helion backend is unused)
-ARMS = {"helion": "kdakit", "helion-upstream": "upstream", "triton": None}
+
+
+def arm_kernels() -> dict[str, str | None]:
+    """arm -> the KDAKIT_HELION_KERNELS value that selects its kernels (None: no Helion backend), from
+    kdakit/profiles/arms.toml."""
+    from kdakit import profiles
+    from kdakit.kernels.integration import DEFAULT
+
+    return {
+        name: spec.get("env", {}).get(ENV_VAR, DEFAULT) if spec["kda_backend"] == "helion" else None
+        for name, spec in profiles.arms().items()
+    }
+
+
+ARMS = arm_kernels()
 PHASES = ("decode", "verify", "prefill")
 TRITON_ADAPTER = "sglang.srt.layers.attention.linear.kernels.kda_triton"
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -117,19 +132,9 @@ def module_importable(name: str) -> tuple[bool, str]:
     return proc.returncode == 0, tail
 
 
-def _module_exists(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
-
-
 def expected_modules(arm: str) -> dict[str, str]:
     """Phase -> the package prefix the arm's Helion kernels must come from."""
-    if arm == "helion-upstream":
-        return dict.fromkeys(PHASES, "sglang.")
-    prefill = "kdakit." if _module_exists("kdakit.kernels.prefill") else "sglang."
-    return {"decode": "kdakit.", "verify": "kdakit.", "prefill": prefill}
+    return dict.fromkeys(PHASES, "sglang." if ARMS[arm] == "upstream" else "kdakit.")
 
 
 def check_arm(
@@ -189,6 +194,26 @@ def gpu_checks(arm: str, facts: dict) -> list[Check]:
 
     results = selftest_gpu.parity(arm)
     return [Check(n, status, detail) for n, (status, detail) in zip(names, results, strict=True)]
+
+
+def lifecycle_check(arm: str, facts: dict, run=None) -> Check:
+    """The arm's request lifecycle through SGLang's own KDA backend on this GPU (see the module docstring)."""
+    name = f"server lifecycle: arm {arm} through SGLang's KDA backend"
+    if not facts.get("gpu"):
+        return Check(name, SKIP, "no GPU here")
+    from kdakit.kernels.integration import lifecycle
+
+    run = run or lifecycle.run
+    try:
+        report = run(arm, lifecycle.served_shape())
+    except Exception as exc:  # noqa: BLE001 - any failure of the lifecycle is this check's FAIL
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return Check(name, FAIL, f"{type(exc).__name__}: {first}")
+    found = lifecycle.problems(report, device="cuda")
+    if found:
+        more = f" (+{len(found) - 3} more)" if len(found) > 3 else ""
+        return Check(name, FAIL, "; ".join(found[:3]) + more)
+    return Check(name, PASS, lifecycle.summary(report))
 
 
 def config_checks(arm: str, facts: dict, environ: dict | None = None) -> list[Check]:
@@ -263,6 +288,7 @@ def run_checks(arm: str) -> tuple[list[Check], dict]:
     checks += check_arm(arm)
     checks += config_checks(arm, facts)
     checks += gpu_checks(arm, facts)
+    checks.append(lifecycle_check(arm, facts))
     return checks, facts
 
 

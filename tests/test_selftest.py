@@ -172,3 +172,37 @@ def test_gpu_parity_harness_on_the_cpu_interpreter():
 
         status, detail = selftest_gpu.verify_parity(off_by_a_little, kernels.triton_recurrent, device="cpu")
         assert status == "FAIL" and "out" in detail
+
+
+def test_arms_come_from_arms_toml():
+    from kdakit import profiles
+
+    assert set(selftest.ARMS) == set(profiles.arms())
+    assert selftest.ARMS == {"triton": None, "helion": "kdakit", "helion-upstream": "upstream"}
+
+
+def test_lifecycle_row_is_skipped_without_a_gpu_never_passed():
+    check = selftest.lifecycle_check("helion", {"gpu": False}, run=lambda *a: pytest.fail("ran"))
+    assert check.status == selftest.SKIP
+
+
+def _report(out_error):
+    from kdakit.kernels.integration import lifecycle
+
+    report = lifecycle.LifecycleReport("helion", lifecycle.served_shape(), 1, phases=["decode"])
+    report.errors.append(lifecycle.PhaseError("decode", "helion", out_error, 0.0))
+    return report
+
+
+def test_lifecycle_row_follows_the_lifecycle_on_a_gpu():
+    gpu = {"gpu": True}
+    ok = selftest.lifecycle_check("helion", gpu, run=lambda arm, shape: _report(1e-3))
+    assert ok.status == selftest.PASS and "max error vs fp64 output 1.00e-03" in ok.detail
+    bad = selftest.lifecycle_check("helion", gpu, run=lambda arm, shape: _report(0.5))
+    assert bad.status == selftest.FAIL and "helion decode: output error 0.5" in bad.detail
+
+    def raises(arm, shape):
+        raise ValueError("`intermediate_state_indices` [N]\nmore detail")
+
+    broken = selftest.lifecycle_check("helion", gpu, run=raises)
+    assert broken.status == selftest.FAIL and broken.detail == "ValueError: `intermediate_state_indices` [N]"

@@ -36,10 +36,11 @@ import os
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-ARMS = ("triton", "helion", "helion-upstream")
-DRAFT_TOKENS = 6  # --speculative-num-draft-tokens of the PR's launch (5 steps, top-k 1)
+from kdakit.kernels import shapes
+
+DRAFT_TOKENS = shapes.get("model", "draft_tokens")  # the PR's --speculative-num-draft-tokens
+GATE_LOWER_BOUND = shapes.get("model", "lower_bound")
 CONV_KERNEL = 4  # GLM-5.3-Flash's short conv (linear_conv_kernel_dim)
-GATE_LOWER_BOUND = -5.0
 
 
 @dataclass(frozen=True)
@@ -806,6 +807,17 @@ def problems(
                 if not diff <= bound:
                     found.append(f"{report.arm} {phase}: {kind} differs from {baseline.arm} by {diff:.3g}")
     return found
+
+
+def served_shape(heads: int | None = None, state_dtype: str = "float32", graph_bs: int = 8) -> Shape:
+    """A served layer's shape (the PR's heads per GPU and head dim; prompts of 1, 37 and 300 tokens)."""
+    return Shape(
+        heads=heads or shapes.get("model", "heads"),
+        head_dim=shapes.get("model", "head_dim"),
+        state_dtype=state_dtype,
+        prefill_lens=(1, 37, 300),
+        graph_bs=graph_bs,
+    )
 
 
 def summary(report: LifecycleReport) -> str:
