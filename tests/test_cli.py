@@ -25,3 +25,21 @@ def test_set_values_that_look_like_options_are_kept_together():
         "--sku",
         "h200",
     ]
+
+
+def test_every_command_and_subcommand_describes_itself_to_users():
+    import argparse
+
+    parser = cli.build_parser()
+    assert parser.description == cli.DESCRIPTION and "COMMAND --help" in parser.description
+
+    def undescribed(p: argparse.ArgumentParser, path: str) -> list[str]:
+        missing = []
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    missing += [] if sub.description else [f"{path} {name}"]
+                    missing += undescribed(sub, f"{path} {name}")
+        return missing
+
+    assert undescribed(parser, "kdakit") == []

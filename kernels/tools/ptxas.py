@@ -1,9 +1,9 @@
 """Register and spill counts of kdakit's prefill kernels for Hopper, on a machine without a GPU.
 
 Helion generates each kernel's Triton code for the configured block sizes; Triton compiles it for sm_90a and
-the bundled ptxas reports registers, spills and shared memory. That is how the warp counts in
-prefill.DEFAULT_CONFIGS were chosen after the last GPU run (a spilling state pass or a 2-CTA-per-SM intra
-kernel is visible here). It says nothing about time; `prefill_timing` measures that on a GPU.
+the bundled ptxas reports registers, spills and shared memory, so a config that spills (or fits two CTAs on
+an SM) shows here before any GPU time is spent on it. It says nothing about time: `kdakit kernels bench`
+and `kdakit kernels autotune` measure that on a GPU.
 
     python -m kdakit.kernels.tools.ptxas [--configs '{"state": {...}}']
 """
