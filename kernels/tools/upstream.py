@@ -25,6 +25,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from kdakit.kernels import integration
+
 from kdakit import pins
 from kdakit.errors import UsageError
 
@@ -35,9 +37,8 @@ KERNEL_MODULES = {
     "triton_packed": "sglang.kernels.ops.attention.fla.fused_recurrent",
     "triton_cuda_dispatch": "sglang.kernels.ops.attention.kda_packed_decode",
     "triton_chunk": "sglang.kernels.ops.attention.fla.kda",
-    "helion_decode": "sglang.kernels.ops.attention.helion.kda_decode",
-    "helion_verify": "sglang.kernels.ops.attention.helion.kda_verify",
-    "helion_prefill": "sglang.kernels.ops.attention.helion.kda_prefill",
+    # SGLang's Helion entry points: the modules the integration patch switches away from
+    **{f"helion_{phase}": module for phase, module in integration.UPSTREAM_MODULES.items()},
 }
 # Whole folders extracted from the wheel (all their .py files).
 WHEEL_FOLDERS = (
@@ -395,9 +396,14 @@ ENTRY_POINTS = {
     "triton_recurrent": "triton_recurrent:fused_sigmoid_gating_delta_rule_update",
     "triton_packed_decode_dispatch": "triton_packed:fused_recurrent_kda_packed_decode",
     "triton_chunk_kda": "triton_chunk:chunk_kda",
-    "helion_packed_decode": "helion_decode:helion_fused_recurrent_kda_packed_decode",
-    "helion_verify": "helion_verify:helion_kda_verify",
-    "helion_chunk_kda": "helion_prefill:chunk_kda",
+    **{
+        attr: f"helion_{phase}:{integration.ENTRY_POINTS[phase]}"
+        for phase, attr in (
+            ("decode", "helion_packed_decode"),
+            ("verify", "helion_verify"),
+            ("prefill", "helion_chunk_kda"),
+        )
+    },
 }
 
 

@@ -112,3 +112,17 @@ def test_the_shapes_file_reads_without_kdakit():
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.strip() == shapes.csv("bench", "decode_batches")
+
+
+def _copies_of_names(text: str, names) -> list[str]:
+    return [n for n in names if f'"{n}"' in text]
+
+
+def test_the_entry_points_are_named_only_by_the_integration():
+    from kdakit.kernels import integration
+
+    names = [*integration.ENTRY_POINTS.values(), *integration.KDAKIT_MODULES.values()]
+    names += integration.UPSTREAM_MODULES.values()
+    quoted = {str(p.relative_to(ROOT)): _copies_of_names(p.read_text(), names) for p in READERS}
+    assert {p: n for p, n in quoted.items() if n} == {}
+    assert _copies_of_names('"kdakit.kernels.decode", "helion_kda_verify"', names)
