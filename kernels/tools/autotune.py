@@ -93,7 +93,7 @@ METHOD = (
     "over a pool larger than L2 and each call's activations its own (cold in L2), best of autotuned, "
     "module default and seeds"
 )
-ACTIVATION_SETS = 32  # distinct activation copies the timed calls rotate over (the bench uses up to 32 too)
+ACTIVATION_SETS = 32  # distinct activation copies the timed calls rotate over (each cold in L2)
 
 
 @dataclass
