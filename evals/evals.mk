@@ -13,11 +13,11 @@ BENCH_ARGS ?=
 
 .PHONY: eval-gsm8k-local bench-local report
 
-eval-gsm8k-local: setup ## GSM8K with lm-eval (offline) against BASE_URL. Vars: BASE_URL=http://127.0.0.1:30000 PROTOCOL=pr|full RUN_ID= EVAL_ARGS="--runs 1 --limit 20"
+eval-gsm8k-local: setup ## GSM8K (offline) against BASE_URL: pr = SGLang's run_eval, lm-eval, full. Vars: BASE_URL=http://127.0.0.1:30000 PROTOCOL=pr|lm-eval|full RUN_ID= EVAL_ARGS="--runs 1 --limit 20"
 	$(KDAKIT) eval gsm8k --base-url $(BASE_URL) --protocol $(PROTOCOL) \
 	  $(if $(RUN_ID),--run-id $(RUN_ID)) $(EVAL_ARGS)
 
-bench-local: setup ## Serving benchmark (SGLang's client) against BASE_URL. Vars: BASE_URL= PROTOCOL=pr DATASET=sharegpt|random-ids DATASET_PATH= TOKENIZER= RUN_ID= BENCH_ARGS=
+bench-local: setup ## Serving benchmark (SGLang's client) against BASE_URL. Vars: BASE_URL= PROTOCOL=pr|rigorous DATASET=sharegpt|random-ids DATASET_PATH= TOKENIZER= RUN_ID= BENCH_ARGS=
 	$(KDAKIT) bench serving --base-url $(BASE_URL) --protocol $(PROTOCOL) \
 	  $(if $(DATASET),--dataset $(DATASET)) $(if $(DATASET_PATH),--dataset-path $(DATASET_PATH)) \
 	  $(if $(TOKENIZER),--tokenizer $(TOKENIZER)) $(if $(RUN_ID),--run-id $(RUN_ID)) $(BENCH_ARGS)
