@@ -48,7 +48,7 @@ image-save: ## Save an image as zstd tarball + .sha256 + .id + .source (its sour
 	bash -o pipefail -c '$(DOCKER) save $(IMAGE) | zstd -q -T0 -3 -f -o $(FILE).part' || { rm -f $(FILE).part; exit 1; }
 	cd $(dir $(FILE)) && sha256sum $(notdir $(FILE)).part | sed 's/\.part$$//' > $(notdir $(FILE)).sha256.part
 	$(DOCKER) image inspect --format '{{.Id}}' $(IMAGE) > $(FILE).id.part
-	$(DOCKER) image inspect --format '{{index .Config.Labels "io.kdakit.source-hash"}}' $(IMAGE) > $(FILE).source.part
+	$(DOCKER) image inspect --format '{{with .Config.Labels}}{{index . "io.kdakit.source-hash"}}{{end}}' $(IMAGE) > $(FILE).source.part
 	@# each file complete or absent; .source last: its presence says the other three match
 	mv $(FILE).part $(FILE) && mv $(FILE).sha256.part $(FILE).sha256 && mv $(FILE).id.part $(FILE).id
 	mv $(FILE).source.part $(FILE).source

@@ -15,7 +15,8 @@ NEW_RUN_ID := $(or $(RUN_ID),$(shell date -u +%Y%m%dT%H%M%SZ))
 LAST_RUN_ID = $(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),$(error no RUN_ID given and no $(RESULTS)/LATEST: run make deploy-<sku> first))
 
 # $(call kdakit_playbook,STEP,HOSTS,RUN_ID,ARM)
-kdakit_playbook = ANSIBLE_CONFIG=playbooks/ansible.cfg $(ANSIBLE_PLAYBOOK) -i $(INVENTORY) playbooks/$(1).yml \
+# (through run-step.sh: SIGINT/SIGTERM stops the step and removes the containers it started on every host)
+kdakit_playbook = ANSIBLE_CONFIG=playbooks/ansible.cfg playbooks/run-step.sh playbooks/$(1).yml $(ANSIBLE_PLAYBOOK) -i $(INVENTORY) \
 	-e kdakit_hosts=$(2) -e kdakit_run_id=$(3) -e kdakit_arm=$(4) -e kdakit_results_dir=$(abspath $(RESULTS)) \
 	$(if $(DRY_RUN),--check --diff) $(EXTRA)
 kdakit_latest = mkdir -p $(RESULTS) && echo $(1) > $(RESULTS)/LATEST
@@ -77,6 +78,6 @@ ab-b200: setup ## Preflight, then A/B on the B200 hosts: triton arm then helion 
 lint-playbooks: setup ## yamllint, ansible-lint --offline and a syntax check of every playbook
 	$(VENV)/bin/yamllint -s -c playbooks/.yamllint playbooks
 	cd playbooks && ANSIBLE_CONFIG=ansible.cfg ../$(VENV)/bin/ansible-lint --offline -q
-	for p in preflight deploy eval-gsm8k bench collect teardown site; do \
+	for p in preflight deploy eval-gsm8k bench collect teardown interrupted site; do \
 	  ANSIBLE_CONFIG=playbooks/ansible.cfg $(ANSIBLE_PLAYBOOK) --syntax-check -i $(INVENTORY) playbooks/$$p.yml || exit 1; \
 	done

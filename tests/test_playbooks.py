@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = REPO / "playbooks"
 BIN = Path(sys.executable).parent
-STEPS = ("deploy", "eval-gsm8k", "bench", "collect", "teardown", "site")
+STEPS = ("preflight", "deploy", "eval-gsm8k", "bench", "collect", "teardown", "interrupted", "site")
 
 
 def _tool(name: str) -> str:

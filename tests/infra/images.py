@@ -112,9 +112,10 @@ def _stale(entry: Path, stamp: Path) -> bool:
 
 
 def prune_cache(budget: int | None = None, log=None) -> int:
-    """Keep the cache within budget (default CACHE_BUDGET): drop tarballs and wheelhouses no run uses now,
-    the image-building engine's images this run did not use, BuildKit cache beyond 2 GB, and pool wheels no
-    wheelhouse links to. Runs at the end of each test process that used the cache; returns the size left."""
+    """Keep the cache within budget (default CACHE_BUDGET): drop tarballs and wheelhouses no run uses now and
+    pool wheels no wheelhouse links to; when still over budget, the image-building engine's images that no run
+    used in the last hour and BuildKit cache beyond 2 GB. Runs at the end of each test process that used the
+    cache; returns the size left."""
     budget = CACHE_BUDGET if budget is None else budget
     log = log or sys.__stderr__  # at exit pytest's captured stderr is closed already
     for tarball in (CACHE / "tarballs").glob("*.tar.zst"):
@@ -127,16 +128,26 @@ def prune_cache(budget: int | None = None, log=None) -> int:
     for context in (CACHE / "standin-context").glob("*"):
         if context.is_dir() and _stale(context, context / ".complete"):
             shutil.rmtree(context, ignore_errors=True)
-    if _USED_IMAGES and (ENGINE_ROOT / "data").exists():
+    # Images cost a rebuild (minutes), so they go only when the cache is over budget, and never one that
+    # another run on this machine built in the last hour.
+    if _USED_IMAGES and (ENGINE_ROOT / "data").exists() and cache_size() > budget:
         try:
             engine = dockerd.start(ENGINE_ROOT, lock_timeout=0)
         except dockerd.DockerdError:
             engine = None  # another run builds right now; the next run's prune gets to it
         if engine is not None:
             try:
-                listed = engine.cli("images", "--format", "{{.Repository}}:{{.Tag}}", check=False)
-                for ref in listed.stdout.decode().split():
-                    if ref not in _USED_IMAGES and not ref.endswith(":<none>"):
+                listed = engine.cli(
+                    "images", "--format", "{{.Repository}}:{{.Tag}} {{.CreatedAt}}", check=False
+                )
+                for line in listed.stdout.decode().splitlines():
+                    ref, _, created = line.partition(" ")
+                    try:
+                        stamp = time.mktime(time.strptime(created[:19], "%Y-%m-%d %H:%M:%S"))
+                    except ValueError:
+                        stamp = 0.0
+                    recent = time.time() - stamp < RECENT_S
+                    if ref not in _USED_IMAGES and not ref.endswith(":<none>") and not recent:
                         engine.cli("rmi", ref, check=False)
                 engine.cli("image", "prune", "--force", check=False)
                 engine.cli("builder", "prune", "--force", "--keep-storage", "2GB", check=False)
