@@ -182,6 +182,22 @@ def stop_leftover(root: Path) -> None:
         os.close(lock_fd)
 
 
+def remove_if_unused(root: Path) -> bool:
+    """Delete an engine root (its images and containers) unless a live process holds its lock."""
+    lock_fd = os.open(root / "lock", os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        _kill_pidfile(root / "dockerd.pid", "dockerd", timeout=30)
+        unmount_under(root)
+        shutil.rmtree(root, ignore_errors=True)
+        return True
+    finally:
+        os.close(lock_fd)
+
+
 def unmount_under(root: Path) -> list[str]:
     """Unmount every mount point below root (overlay layers, nsfs), deepest first; returns them."""
     prefix = str(root.resolve()) + "/"

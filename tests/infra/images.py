@@ -92,9 +92,10 @@ def start_engine(root: Path = ENGINE_ROOT) -> dockerd.Dockerd:
     return dockerd.start(root)
 
 
-def cache_size(path: Path = CACHE) -> int:
-    """Bytes under path (hard links counted once: the wheel pool and its wheelhouses share files)."""
-    proc = subprocess.run(["du", "-sb", str(path)], capture_output=True, text=True)
+def cache_size(path: Path | None = None) -> int:
+    """Bytes under path (default: the cache; hard links counted once: the wheel pool and its wheelhouses
+    share files)."""
+    proc = subprocess.run(["du", "-sb", str(path or CACHE)], capture_output=True, text=True)
     return int(proc.stdout.split()[0]) if proc.returncode == 0 and proc.stdout else 0
 
 
@@ -128,8 +129,20 @@ def prune_cache(budget: int | None = None, log=None) -> int:
     for context in (CACHE / "standin-context").glob("*"):
         if context.is_dir() and _stale(context, context / ".complete"):
             shutil.rmtree(context, ignore_errors=True)
-    # Images cost a rebuild (minutes), so they go only when the cache is over budget, and never one that
-    # another run on this machine built in the last hour.
+    # Still over budget: what only a rebuild of the stand-in needs (its image is the cache), then the test
+    # hosts' engines that no run holds (the next run loads its images again), then build-engine images.
+    if cache_size() > budget:
+        for name in ("wheelhouse", "standin-context"):
+            for entry in (CACHE / name).glob("*"):
+                if entry.is_dir() and (entry in _USED or _stale(entry, entry / ".complete")):
+                    shutil.rmtree(entry, ignore_errors=True)
+    if cache_size() > budget:
+        for hosts_root in (CACHE / "playbook-hosts", CACHE / "fault-hosts"):
+            for root in hosts_root.glob("*"):
+                if (root / "lock").exists() and dockerd.remove_if_unused(root):
+                    print(f"kdakit CI cache: removed the idle test-host engine {root}", file=log)
+    # Images cost a rebuild (minutes), so they go last, and never one that another run on this machine
+    # built in the last hour.
     if _USED_IMAGES and (ENGINE_ROOT / "data").exists() and cache_size() > budget:
         try:
             engine = dockerd.start(ENGINE_ROOT, lock_timeout=0)

@@ -1,0 +1,55 @@
+"""The CI cache stays within its budget (tests/infra/images.py prune_cache, run at the end of each test
+process): stale tarballs go first, then what only a stand-in rebuild needs, then idle test-host engines;
+what another run used in the last hour stays. No Docker needed (no image-building engine is involved)."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+
+from tests.infra import images
+
+
+def _file(path, size: int, age_s: float = 0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\0" * size)
+    if age_s:
+        old = time.time() - age_s
+        os.utime(path, (old, old))
+
+
+def test_prune_until_within_budget(tmp_path, monkeypatch):
+    monkeypatch.setattr(images, "CACHE", tmp_path)
+    monkeypatch.setattr(images, "ENGINE_ROOT", tmp_path / "engine")
+    monkeypatch.setattr(images, "_USED", set())
+    monkeypatch.setattr(images, "_USED_IMAGES", set())
+    _file(tmp_path / "tarballs" / "old.tar.zst", 300_000, age_s=7200)
+    _file(tmp_path / "tarballs" / "other-run.tar.zst", 100_000)  # another run made it minutes ago
+    _file(tmp_path / "wheelhouse" / "w1" / ".complete", 10)
+    _file(tmp_path / "wheelhouse" / "w1" / "torch.whl", 200_000)
+    images._USED.add(tmp_path / "wheelhouse" / "w1")
+    _file(tmp_path / "playbook-hosts" / "h1" / "lock", 0)
+    _file(tmp_path / "playbook-hosts" / "h1" / "data" / "layer", 200_000)
+    _file(tmp_path / "debootstrap" / "bookworm.tar", 50_000)
+
+    log = io.StringIO()
+    left = images.prune_cache(budget=250_000, log=log)
+    assert not (tmp_path / "tarballs" / "old.tar.zst").exists()
+    assert (tmp_path / "tarballs" / "other-run.tar.zst").exists()
+    assert not (tmp_path / "wheelhouse" / "w1").exists()
+    assert not (tmp_path / "playbook-hosts" / "h1").exists()
+    assert (tmp_path / "debootstrap" / "bookworm.tar").exists()
+    assert left <= 250_000 and "within the 0 GB budget" in log.getvalue()
+
+
+def test_nothing_goes_when_within_budget(tmp_path, monkeypatch):
+    monkeypatch.setattr(images, "CACHE", tmp_path)
+    monkeypatch.setattr(images, "_USED", set())
+    monkeypatch.setattr(images, "_USED_IMAGES", set())
+    _file(tmp_path / "playbook-hosts" / "h1" / "lock", 0)
+    _file(tmp_path / "playbook-hosts" / "h1" / "data" / "layer", 1000)
+    _file(tmp_path / "wheelhouse" / "w1" / ".complete", 10, age_s=60)
+    images.prune_cache(budget=10**9, log=io.StringIO())
+    assert (tmp_path / "playbook-hosts" / "h1" / "data" / "layer").exists()
+    assert (tmp_path / "wheelhouse" / "w1" / ".complete").exists()
