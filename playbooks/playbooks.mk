@@ -7,6 +7,8 @@ INVENTORY ?= playbooks/inventories/localhost.yml
 RUN_ID ?=
 DRY_RUN ?=
 PREFLIGHT_DONE ?=
+# The arms an A/B runs, in order.
+ARMS ?= triton helion
 EXTRA ?=
 HOSTS ?= h200:b200
 RESULTS ?= results
@@ -31,7 +33,7 @@ kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/preflight.p
 # (host x arm x step -> outcome, cause), then the report; the exit status is non-zero unless all were ok.
 define kdakit_ab
 $(call kdakit_latest,$(NEW_RUN_ID)); \
-rc=0; for arm in triton helion; do for step in deploy eval-gsm8k bench collect teardown; do \
+rc=0; for arm in $(ARMS); do for step in deploy eval-gsm8k bench collect teardown; do \
   echo "== $(1) $$arm $$step (run $(NEW_RUN_ID))"; \
   $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) || rc=1; \
 done; done; \
@@ -67,11 +69,11 @@ collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to result
 teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
 	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
 
-ab-h200: setup ## Preflight, then A/B on the H200 hosts: triton arm then helion arm, one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new>
+ab-h200: setup ## Preflight, then A/B on the H200 hosts: triton arm then helion arm, one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion"
 	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,h200,--gate))
 	@$(call kdakit_ab,h200)
 
-ab-b200: setup ## Preflight, then A/B on the B200 hosts: triton arm then helion arm, one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new>
+ab-b200: setup ## Preflight, then A/B on the B200 hosts: triton arm then helion arm, one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion"
 	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,b200,--gate))
 	@$(call kdakit_ab,b200)
 
