@@ -1,0 +1,288 @@
+"""Rollout faults on real SSH hosts (network namespaces, one sshd and one dockerd each) with the test-double
+server and a stub kdakit image (tests/infra/stub_kdakit_image.py), one cluster shared by every case. Each
+case asserts the one line the user sees, what is kept for the healthy hosts, and that nothing is left over.
+
+Three runs share five hosts (each playbook run costs seconds, so faults that can share a run do):
+- run A (h1-h3): a host unreachable at deploy, and skipped later; SIGTERM during eval and SIGINT during
+  bench (the step's containers removed on every host; the re-run works); SSH lost before bench; a later
+  collect that must not upgrade the lost host;
+- run B (h1-h5, one deploy): Docker down on h1, weights missing on h2, a server that never answers on h3
+  (bounded readiness wait), a truncated image tarball whose .sha256 matches on h4, h5 healthy; then the
+  controller's results disk full during teardown;
+- run C (h3, h5; one arm): A/B after a failed deploy: later steps skipped, one roll-up table, the exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.infra import dockerd, images, sshhosts, stub_kdakit_image
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTS_ROOT = images.CACHE / "fault-hosts"
+MODEL_MOUNT = "/models/GLM-5.3-Flash"
+LINE = re.compile(r'^\s*"msg": "((h\d): [a-z0-9-]+ (?:ok|failed|unreachable|skipped).*)"$', re.M)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = sshhosts.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    work = tmp_path_factory.mktemp("faults")
+    engine = images.start_engine()
+    try:
+        tag = stub_kdakit_image.build(engine)
+        tarball = images.image_tarball(engine, tag)
+        truncated_src = images.image_tarball(engine, stub_kdakit_image.build(engine, variant=1))
+    finally:
+        engine.stop()
+    # A truncated archive whose .sha256 and .id were made from the broken file, as a bad copy job leaves it.
+    truncated = work / "kdakit-truncated.tar.zst"
+    truncated.write_bytes(truncated_src.read_bytes()[: truncated_src.stat().st_size // 2])
+    subprocess.run(f"sha256sum {truncated.name} > {truncated.name}.sha256", shell=True, cwd=work, check=True)
+    Path(f"{truncated}.id").write_text(Path(f"{truncated_src}.id").read_text())
+
+    hosts = sshhosts.up(
+        work / "hosts", [(f"h{i}", 4, "NVIDIA H200") for i in (1, 2, 3, 4, 5)], engine_root=HOSTS_ROOT
+    )
+    try:
+        for h in hosts:
+            h.engine.cli("rmi", "-f", "kdakit-ci/stub:test", check=False)  # the load path runs every time
+        settings = {
+            "kdakit_require_nvidia_runtime": False,
+            "kdakit_use_gpus": False,
+            "kdakit_server_ulimits": [],
+            "kdakit_min_free_gb": 1,
+            "kdakit_docker_cli": dockerd.DOCKER_CLI,
+            "kdakit_image": "kdakit-ci/stub:test",
+            "kdakit_image_tarball": str(tarball),
+            "kdakit_image_tarball_on_host": True,
+            "kdakit_server_entrypoint": ["python3", "/srv/kdakit/tests/fakes/openai_server.py"],
+            "kdakit_server_command": ["--host", "127.0.0.1", "--port", "30000", "--model-name", "llm"],
+            "kdakit_model_mount": MODEL_MOUNT,
+            "kdakit_server_ready_timeout": 30,
+            "kdakit_server_shm_size": "64M",
+            "kdakit_bench_dataset": "random",
+        }
+        inv = work / "inventory.yml"
+        inv.write_text(yaml.safe_dump(sshhosts.inventory(hosts, work / "hosts", "h200")))
+        (work / "settings.yml").write_text(yaml.safe_dump(settings))
+        yield {"hosts": {h.name: h for h in hosts}, "inventory": inv, "work": work, "truncated": truncated,
+               "tarball": tarball}  # fmt: skip
+    finally:
+        sshhosts.down(hosts)
+
+
+def make(cluster, target: str, *variables: str, results: Path | None = None, timeout: float = 600):
+    extra = f"-e @{cluster['work'] / 'settings.yml'}"
+    variables = [f"EXTRA={extra} {v[6:]}" if v.startswith("EXTRA=") else v for v in variables]
+    if not any(v.startswith("EXTRA=") for v in variables):
+        variables.append(f"EXTRA={extra}")
+    cmd = ["make", "--no-print-directory", "-o", ".venv/.setup-done", target,
+           f"INVENTORY={cluster['inventory']}", f"RESULTS={results or cluster['work'] / 'results'}",
+           *variables]  # fmt: skip
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    (cluster["work"] / f"{target}-{time.monotonic_ns()}.log").write_text(proc.stdout + proc.stderr)
+    return proc
+
+
+def lines(proc) -> dict[str, str]:
+    return {host: line for line, host in LINE.findall(proc.stdout)}
+
+
+def provenance(cluster, run_id: str, host: str, arm: str = "helion", results: Path | None = None) -> dict:
+    root = results or cluster["work"] / "results"
+    return json.loads((root / run_id / host / arm / "provenance.json").read_text())
+
+
+def containers(host) -> list[str]:
+    return host.engine.cli("ps", "-a", "--format", "{{.Names}}").stdout.decode().split()
+
+
+def stage(cluster, name: str, values: dict) -> str:
+    """An extra-vars file (the last -e wins over settings.yml); returns the EXTRA text for it."""
+    path = cluster["work"] / f"{name}.yml"
+    path.write_text(yaml.safe_dump(values))
+    return f"-e @{path}"
+
+
+def kit_containers(host) -> list[str]:
+    return sorted(c for c in containers(host) if c.startswith("kdakit-"))
+
+
+def _interrupt(
+    cluster, step: str, run_id: str, sig: int, container: str, limit: str
+) -> subprocess.CompletedProcess:
+    key = "kdakit_bench_args" if step == "bench" else "kdakit_gsm8k_args"
+    slow = stage(cluster, f"slow-{step}", {key: ["--stub-sleep", "300"]})
+    extra = f"EXTRA=-e @{cluster['work'] / 'settings.yml'} --limit {limit} {slow}"
+    cmd = ["make", "--no-print-directory", "-o", ".venv/.setup-done", step,
+           f"INVENTORY={cluster['inventory']}", f"RESULTS={cluster['work'] / 'results'}", f"RUN_ID={run_id}",
+           extra]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=dict(os.environ, ANSIBLE_NOCOLOR="1"))  # fmt: skip
+    hosts = [cluster["hosts"][h] for h in limit.split(":")]
+    deadline = time.monotonic() + 120
+    while not all(container in containers(h) for h in hosts):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.5)
+    os.killpg(proc.pid, sig)  # what Ctrl-C (or a scheduler's SIGTERM) does to the whole job
+    out, err = proc.communicate(timeout=180)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def test_run_a_unreachable_interrupted_and_lost_hosts(cluster):
+    h1, h2, h3 = (cluster["hosts"][n] for n in ("h1", "h2", "h3"))
+    run = "RUN_ID=f-a"
+    sshhosts.stop_sshd(h3)
+    try:
+        deploy = make(cluster, "deploy-h200", run, "EXTRA=--limit h1:h2:h3")
+        got = lines(deploy)
+        assert deploy.returncode != 0
+        assert got["h1"] == "h1: deploy ok" and got["h2"] == "h2: deploy ok", got
+        unreachable = rf"h3: deploy unreachable \(ssh: connect to host {h3.address} port 22: .+\)"
+        assert re.fullmatch(unreachable, got["h3"]), got
+        assert provenance(cluster, "f-a", "h3")["outcome"] == "unreachable"
+
+        # SIGTERM during eval, SIGINT during bench: the step's containers go on every host, the server stays
+        for step, sig, container in (("eval-gsm8k", signal.SIGTERM, "kdakit-gsm8k-helion"),
+                                     ("bench", signal.SIGINT, "kdakit-bench-helion")):  # fmt: skip
+            stopped = _interrupt(cluster, step, "f-a", sig, container, "h1:h2")
+            assert stopped.returncode != 0
+            assert f"interrupted: removing the containers {step} started, on every host" in stopped.stderr
+            for h in (h1, h2):
+                assert kit_containers(h) == ["kdakit-sglang"], (step, h.name)
+        gsm8k = make(cluster, "eval-gsm8k", run, "EXTRA=--limit h1:h2:h3")  # the re-run works
+        assert lines(gsm8k) == {
+            "h1": "h1: eval-gsm8k ok",
+            "h2": "h2: eval-gsm8k ok",
+            "h3": "h3: eval-gsm8k skipped (after an earlier failure: deploy unreachable)",
+        }
+
+        sshhosts.stop_sshd(h2)  # SSH lost before bench
+        bench = make(cluster, "bench", run, "EXTRA=--limit h1:h2:h3")
+        got = lines(bench)
+        assert bench.returncode != 0
+        assert got["h1"] == "h1: bench ok"
+        assert got["h2"].startswith(f"h2: bench unreachable (ssh: connect to host {h2.address} port 22: "), (
+            got
+        )
+        assert got["h3"] == "h3: bench skipped (after an earlier failure: deploy unreachable)"
+    finally:
+        for h in (h2, h3):
+            sshhosts.start_sshd(h, wait=10)
+    collect = make(cluster, "collect", run, "EXTRA=--limit h1:h2:h3")
+    assert lines(collect) == {"h1": "h1: collect ok", "h2": "h2: collect ok", "h3": "h3: collect ok"}
+    lost = provenance(cluster, "f-a", "h2")
+    assert (lost["outcome"], lost["step"]) == ("unreachable", "bench"), lost  # not upgraded by collect
+    kept = cluster["work"] / "results" / "f-a" / "h1" / "helion"
+    assert (
+        provenance(cluster, "f-a", "h1")["outcome"] == "ok" and (kept / "diag" / "kdakit-sglang.log").exists()
+    )
+    down = make(cluster, "teardown", run, "EXTRA=--limit h1:h2:h3")
+    assert down.returncode == 0, down.stdout[-3000:]
+    for h in (h1, h2, h3):
+        assert kit_containers(h) == [], h.name
+
+
+def test_run_b_deploy_faults_on_four_hosts_and_a_full_results_disk(cluster, tmp_path):
+    h1, h4, h5 = (cluster["hosts"][n] for n in ("h1", "h4", "h5"))
+    results = tmp_path / "results"
+    results.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(results)], check=True)
+    serve = "['python3', '/srv/kdakit/tests/fakes/openai_server.py']"
+    never = "['python3', '-c', 'import time; time.sleep(3600)']"
+    truncated = cluster["truncated"]
+    faults = stage(cluster, "faults-b", {
+        "kdakit_model_path": "{{ '/nonexistent/GLM' if inventory_hostname == 'h2' else"
+                             " (kdakit_host_state_dir | dirname) ~ '/model' }}",
+        "kdakit_server_entrypoint": f"{{{{ {never} if inventory_hostname == 'h3' else {serve} }}}}",
+        "kdakit_server_ready_timeout": 8,
+        "kdakit_image": "{{ 'kdakit-ci/stub:trunc' if inventory_hostname == 'h4' else"
+                        " 'kdakit-ci/stub:test' }}",
+        "kdakit_image_tarball": f"{{{{ '{truncated}' if inventory_hostname == 'h4' else"
+                                f" '{cluster['tarball']}' }}}}",
+        "kdakit_image_tarball_on_host": "{{ inventory_hostname != 'h4' }}",
+    })  # fmt: skip
+    root = h1.engine.root
+    h1.engine.stop()
+    try:
+        t0 = time.monotonic()
+        deploy = make(cluster, "deploy-h200", "RUN_ID=f-b", f"EXTRA={faults}", results=results)
+        assert time.monotonic() - t0 < 180
+        got = lines(deploy)
+        assert got["h1"].startswith(
+            "h1: deploy failed (preflight: h1: docker: cannot reach the Docker engine. Fix: start dockerd"
+        ), got
+        assert got["h2"].startswith(
+            "h2: deploy failed (preflight: h2: model: model path /nonexistent/GLM does not exist. Fix: "
+        ), got
+        assert got["h3"].startswith(
+            "h3: deploy failed (server: http://127.0.0.1:30000/health did not answer within 8 s while"
+            " kdakit-sglang kept running."
+        ), got
+        staged = h4.root / "state" / "images" / truncated.name
+        assert got["h4"].startswith(f"h4: deploy failed (image: {staged} is truncated or corrupt (zstd: "), (
+            got
+        )
+        assert "removed from the host" in got["h4"] and not staged.exists()
+        assert h4.engine.image_id("kdakit-ci/stub:trunc") is None
+        assert got["h5"] == "h5: deploy ok"
+        assert kit_containers(cluster["hosts"]["h2"]) == []  # nothing started after a failed preflight
+        assert (results / "f-b" / "h3" / "helion" / "diag" / "kdakit-sglang.inspect.json").exists()
+        before = {p: p.read_bytes() for p in results.rglob("provenance.json")}
+        with open(results / "filler", "ab", buffering=0) as f:  # the controller's results disk is now full
+            try:
+                while f.write(b"\0" * 4096):
+                    pass
+            except OSError:
+                pass
+        down = make(cluster, "teardown", "RUN_ID=f-b", f"EXTRA={faults}", results=results)
+        assert down.returncode != 0
+        record = rf"{results}/f-b/h\d/helion/provenance\.json"
+        full = re.search(rf"kdakit provenance: cannot write {record}: No space left on device", down.stdout)
+        assert full, down.stdout[-3000:]
+        assert {p: p.read_bytes() for p in results.rglob("provenance.json")} == before  # whole, unchanged
+        half = [p for p in results.rglob("*") if p.suffix in (".json", ".tmp") and p.stat().st_size == 0]
+        assert not half and not list(results.rglob("*.tmp"))  # no 0-byte record, no temp file left
+        for h in cluster["hosts"].values():
+            if h is not h1:  # its engine is down
+                assert kit_containers(h) == [], h.name
+    finally:
+        h1.engine = dockerd.start(root, netns=h1.netns)
+        subprocess.run(["umount", "-l", str(results)], check=False)
+    assert kit_containers(h1) == []
+
+
+def test_run_c_ab_skips_after_a_failed_deploy_and_ends_with_a_rollup(cluster):
+    eight = stage(
+        cluster, "eight", {"kdakit_expect_gpu_count": "{{ 8 if inventory_hostname == 'h3' else 4 }}"}
+    )
+    # both arms are the same loop: one keeps the case short
+    ab = make(cluster, "ab-h200", "RUN_ID=f-c", "ARMS=helion", f"EXTRA=--limit h3:h5 {eight}")
+    assert ab.returncode != 0
+    table = ab.stdout[ab.stdout.index("== h200 roll-up") :].splitlines()
+    assert table[1].split() == ["host", "arm", "step", "outcome", "cause"]
+    rows = {(r.split()[0], r.split()[1], r.split()[2]): r.split()[3] for r in table[2:] if r.startswith("h")}
+    for arm in ("helion",):
+        assert rows[("h3", arm, "deploy")] == "failed"
+        assert rows[("h3", arm, "eval-gsm8k")] == rows[("h3", arm, "bench")] == "skipped"
+        assert rows[("h3", arm, "collect")] == rows[("h3", arm, "teardown")] == "ok"
+        for step in ("deploy", "eval-gsm8k", "bench", "collect", "teardown"):
+            assert rows[("h5", arm, step)] == "ok"
+    assert "rollout: 3 of 10 steps not ok" in table
+    for h in (cluster["hosts"]["h3"], cluster["hosts"]["h5"]):
+        assert kit_containers(h) == []
