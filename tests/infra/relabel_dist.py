@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -21,7 +22,9 @@ def relabel(name: str, version: str) -> Path:
         text = version_py.read_text()
         version_py.write_text(re.sub(r"^__version__ = .*$", f"__version__ = '{version}'", text, flags=re.M))
     renamed = info.with_name(f"{info.name.split('-')[0]}-{version}.dist-info")
-    info.rename(renamed)
+    # copy + remove, not rename: overlayfs refuses to rename a folder of a lower image layer (EXDEV)
+    shutil.copytree(info, renamed)
+    shutil.rmtree(info)
     return renamed
 
 
