@@ -271,6 +271,9 @@ class _NoFullAttention:
     def init_cuda_graph_state(self, max_bs, max_num_tokens):
         pass
 
+    def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
+        pass
+
 
 @dataclass
 class _Request:
@@ -345,7 +348,7 @@ class Lifecycle:
             self._stack.enter_context(_interpretable_builtin_aliases())
             self._stack.enter_context(_cpu_state_scatter())
         state_dtype = getattr(torch, s.state_dtype)
-        self.max_reqs = max(8, s.graph_bs, len(s.prefill_lens))
+        self.max_reqs = max(16, s.graph_bs + 2, len(s.prefill_lens))
         cache = KimiLinearCacheParams(
             shape=KimiLinearStateShape.create(
                 tp_world_size=1, num_heads=H, head_dim=D, num_k_heads=H, head_k_dim=D,
@@ -527,6 +530,61 @@ class Lifecycle:
             expected.append(o)
         self._record("decode graph" if graph else "decode", out, torch.cat(expected), reqs, before)
 
+    def time_extend(self, lens: list[int], *, graph: str = "none", reps: int = 20) -> float:
+        """Microseconds per KDA-layer extend of fresh requests of `lens`, as a server runs it (GPU only):
+        graph "none" eager (launches included), "prefill-graph" SGLang's breakable prefill CUDA graph path
+        (`kda_extend_in_graph` on the bucket's static tables; Triton extend only), "captured" the eager
+        layer call captured whole in a CUDA graph (what a capture of the Helion extend would cost)."""
+        import torch
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+        dev = self.device
+        while len(self.requests) < len(lens):
+            self.new_request()
+        reqs = self.requests[: len(lens)]  # every call starts them afresh (no prefix)
+        seq_lens, n = list(lens), sum(lens)
+        batch = self._base_batch(ForwardMode.EXTEND, reqs, seq_lens, n, [i for t in lens for i in range(t)])
+        ext = torch.tensor(lens, dtype=torch.int32, device=dev)
+        batch.extend_prefix_lens = torch.zeros_like(ext)
+        batch.extend_prefix_lens_cpu = [0] * len(lens)
+        batch.extend_seq_lens, batch.extend_seq_lens_cpu = ext, list(lens)
+        batch.extend_start_loc = torch.cumsum(ext, 0) - ext
+        batch.extend_num_tokens = n
+        mixed, gate, beta = (t.to(dev) for t in self._tokens(n))
+        a, b = gate.unsqueeze(0), beta.unsqueeze(0)
+
+        def call():
+            return self.layer(batch, mixed_qkv=mixed, a=a, b=b)
+
+        with torch.no_grad(), forward_context(ForwardContext(attn_backend=self.backend)):
+            self.backend.init_forward_metadata(batch)
+            if graph == "prefill-graph":
+                if not self.kda.supports_prefill_graph_extend():
+                    raise ValueError(
+                        f"arm {self.arm}: SGLang captures no prefill graph for this extend kernel"
+                    )
+                self.kda.prefill_graph_metadata = self.kda.init_prefill_graph_metadata(batch)
+            for _ in range(3):
+                call()
+            if graph in ("prefill-graph", "captured"):
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    call()
+                run = g.replay
+            else:
+                run = call
+            run()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(reps):
+                run()
+            end.record()
+            torch.cuda.synchronize()
+            self.kda.prefill_graph_metadata = None
+        return start.elapsed_time(end) * 1e3 / reps
+
     def _spec_info(self, input_ids, positions, seq_lens_cpu, bs: int, real_bs: int | None = None):
         import torch
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
@@ -613,7 +671,9 @@ class Lifecycle:
         per = DRAFT_TOKENS if mode.is_target_verify() else 1
         if len(reqs) > bs:
             raise ValueError(f"{len(reqs)} requests do not fit the graph bucket {bs}")
-        ctx = forward_context(ForwardContext(attn_backend=self.backend))
+        def ctx():
+            return forward_context(ForwardContext(attn_backend=self.backend))
+
         if mode not in self._graphs:
             self.backend.init_cuda_graph_state(bs, bs * per)
             pad = _Request(0, 0, [], [], [], [])
@@ -632,7 +692,7 @@ class Lifecycle:
                 a = static[1] if decode else static[1].unsqueeze(0)
                 return self.layer(fb, mixed_qkv=static[0], a=a, b=static[2].unsqueeze(0))
 
-            with torch.no_grad(), ctx:
+            with torch.no_grad(), ctx():
                 self.backend.init_forward_metadata_out_graph(fb, in_capture=True)
                 torch.cuda.synchronize()
                 for _ in range(2):  # the runner's warm-up runs before capture
@@ -655,7 +715,7 @@ class Lifecycle:
         for buf, value in zip(static, (mixed, gate, beta), strict=True):
             buf.zero_()
             buf[: value.shape[0]].copy_(value.to(dev))
-        with torch.no_grad(), ctx:
+        with torch.no_grad(), ctx():
             self.backend.init_forward_metadata_out_graph(fb)
             graph.replay()
         out = static_out.reshape(bs * per, self.H, self.D)
@@ -700,7 +760,8 @@ class Lifecycle:
         """Every pool slot outside the batch keeps its bytes (padded rows and wrong slots write nothing)."""
         import torch
 
-        others = [s for s in range(before.shape[0]) if s not in written]
+        # slot 0 is the pool's padding slot: graph capture's dummy rows write it by design (a discard row)
+        others = [s for s in range(1, before.shape[0]) if s not in written]
         if not torch.equal(before[others], after[others]):
             changed = [s for s in others if not torch.equal(before[s], after[s])]
             raise AssertionError(f"{self.arm} {phase}: pool slots outside the batch were written: {changed}")
@@ -807,6 +868,32 @@ def problems(
                 if not diff <= bound:
                     found.append(f"{report.arm} {phase}: {kind} differs from {baseline.arm} by {diff:.3g}")
     return found
+
+
+PREFILL_GRAPH_CASES = ((16,), (32,) * 8, (512,), (512,) * 4, (4096,))
+
+
+def prefill_graph_cost(heads: int | None = None, cases=PREFILL_GRAPH_CASES) -> list[dict]:
+    """Per KDA layer and prefill: the triton arm in SGLang's breakable prefill CUDA graph and eager, and
+    each Helion arm eager (as served: SGLang captures no prefill graph for a Helion extend) and captured."""
+    import torch
+
+    rows = []
+    shape = served_shape(heads, graph_bs=0)
+    modes = {"triton": ("prefill-graph", "none"), "helion": ("none", "captured")}
+    modes["helion-upstream"] = modes["helion"]
+    for arm, arm_modes in modes.items():
+        with Lifecycle(arm, shape) as life:
+            for lens in cases:
+                for mode in arm_modes:
+                    row = {"arm": arm, "lens": list(lens), "mode": mode}
+                    try:
+                        row["us"] = round(life.time_extend(list(lens), graph=mode), 2)
+                    except Exception as exc:  # noqa: BLE001 - a mode that cannot run is a result too
+                        row["error"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+                        torch.cuda.synchronize()
+                    rows.append(row)
+    return rows
 
 
 def served_shape(heads: int | None = None, state_dtype: str = "float32", graph_bs: int = 8) -> Shape:
