@@ -186,6 +186,38 @@ def parse_run_eval(raw: Path) -> dict:
     return {"accuracy_numeric": float(values["gsm8k_score"]), "tool_latency_s": values.get("gsm8k_latency")}
 
 
+def _question_key(text: str) -> str:
+    return " ".join(text.split())
+
+
+def lm_eval_shot_rows(raw_dir: Path, train_file: Path) -> dict[str, list[int | None]]:
+    """The train rows lm-eval showed as shots, per scored test row, read back from its samples file."""
+    found = sorted(raw_dir.rglob("samples_*.jsonl"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return {}
+    index = {}
+    for i, line in enumerate(train_file.read_text(encoding="utf-8").splitlines()):
+        if line.strip():
+            index.setdefault(_question_key(json.loads(line)["question"]), i)
+    shots: dict[str, list[int | None]] = {}
+    for line in found[-1].read_text(encoding="utf-8").splitlines():
+        sample = json.loads(line)
+        doc = str(sample["doc_id"])
+        if doc in shots:
+            continue  # one line per filter
+        try:
+            messages = json.loads(sample["arguments"]["gen_args_0"]["arg_0"][0])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        users = [m["content"] for m in messages if m.get("role") == "user"][:-1]  # the last one is scored
+        rows = []
+        for content in users:
+            question = content.split("Question:", 1)[-1].rsplit("\nAnswer:", 1)[0]
+            rows.append(index.get(_question_key(question)))
+        shots[doc] = rows
+    return shots
+
+
 def tool_version(tool: str) -> str | None:
     try:
         return importlib.metadata.version(TOOLS[tool])
@@ -342,6 +374,11 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                     if protocol.tool == "lm-eval":
                         parsed = parse_lm_eval_results(raw / "lm-eval")
                         metrics["n_questions"] = parsed.pop("n_questions")
+                        per_question = lm_eval_shot_rows(raw / "lm-eval", data_dir / "train.jsonl")
+                        metrics["rows"] = {
+                            **rows,
+                            "shots": {**rows["shots"], "rows_per_question": per_question},
+                        }
                         artifacts.append(f"{stem}/lm-eval/{parsed.pop('results_file')}")
                     else:
                         parsed = parse_run_eval(raw)

@@ -67,6 +67,18 @@ def test_real_lm_eval_scores_the_fake_exactly(server, tmp_path):
     assert m["tool"]["name"] == "lm-eval" and m["tool"]["version"] == "0.4.13"
     assert m["rows"]["questions"] == {"split": "test", "first": 0, "count": LIMIT}
     assert any(note.startswith("limited run: 20 of the protocol's 100 questions") for note in record["notes"])
+    # lm-eval's shots are train rows drawn per question; the record names them, read back from its prompts.
+    shots = m["rows"]["shots"]["rows_per_question"]
+    assert sorted(shots, key=int) == [str(i) for i in range(LIMIT)]
+    train = [json.loads(line)["question"] for line in (gsm8k.HERE / "data/gsm8k/train.jsonl").open()]
+    for doc, rows in shots.items():
+        assert len(rows) == 5 and len(set(rows)) == 5 and None not in rows, (doc, rows)
+    prompts = (out / "helion-lm-eval-run1" / "lm-eval").rglob("samples_*.jsonl")
+    first = json.loads(next(prompts).read_text().splitlines()[0])
+    assert (
+        train[shots[str(first["doc_id"])][0]].split()[:8]
+        == (json.loads(first["arguments"]["gen_args_0"]["arg_0"][0])[0]["content"].split()[1:9])
+    )  # the first shot of that question's prompt is that train row
     wrong = [fake.is_wrong(i, ERROR_RATE, SEED) for i in range(LIMIT)]
     formats = [fake.answer_format(i, SEED) for i in range(LIMIT)]
     expected_strict = sum(not w and SCORED[f][0] for w, f in zip(wrong, formats, strict=True)) / LIMIT
