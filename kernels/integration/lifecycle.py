@@ -671,6 +671,7 @@ class Lifecycle:
         per = DRAFT_TOKENS if mode.is_target_verify() else 1
         if len(reqs) > bs:
             raise ValueError(f"{len(reqs)} requests do not fit the graph bucket {bs}")
+
         def ctx():
             return forward_context(ForwardContext(attn_backend=self.backend))
 
