@@ -278,33 +278,3 @@ def helion_fused_recurrent_kda_packed_decode(
         lower_bound is not None,
     )
     return out, initial_state
-
-
-def _self_check() -> None:
-    from kdakit.kernels.reference import packed_decode_reference
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    B, H, HV, K, V, slots = 3, 2, 4, 32, 32, 6
-    gen = torch.Generator().manual_seed(0)
-    mixed = torch.randn(B, 2 * H * K + HV * V, generator=gen).to(device, torch.bfloat16)
-    a = torch.randn(B, HV * K, generator=gen).to(device, torch.bfloat16)
-    b = torch.randn(B, HV, generator=gen).to(device, torch.bfloat16)
-    A_log = torch.randn(HV, generator=gen).to(device)
-    dt_bias = torch.randn(HV * K, generator=gen).to(device)
-    pool = torch.randn(slots, HV, V, K, generator=gen).to(device)
-    idx = torch.tensor([4, -1, 1], device=device, dtype=torch.int32)
-    ref_out, ref_pool = packed_decode_reference(
-        mixed.cpu(), a.cpu(), b.cpu(), A_log.cpu(), dt_bias.cpu(), K**-0.5, pool.cpu(), idx.cpu(), True, -5.0
-    )
-    out = torch.empty(B, 1, HV, V, device=device, dtype=torch.bfloat16)
-    helion_fused_recurrent_kda_packed_decode(mixed, a, b, A_log, dt_bias, K**-0.5, pool, out, idx, True, -5.0)
-    print("out err", (out.double().cpu() - ref_out).abs().max().item())
-    print("state err", (pool.double().cpu() - ref_pool).abs().max().item())
-
-
-if __name__ == "__main__":
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        from kdakit.kernels import interpret
-
-        interpret.install()
-    _self_check()

@@ -463,7 +463,7 @@ def _state_pass_fn(
             tracked = hl.zeros([K, tile_v], dtype=torch.float32)
         # The operands of a step are loaded at its top and feed its dots; with num_stages 3 Triton's
         # pipeliner stages them through shared memory (cp.async) ahead of use. (A hand-written register
-        # double buffer measured slower and doubled the registers: kernels/measurements.)
+        # double buffer measured slower and doubled the registers: measurements/kernels-tuning/.)
         cols64 = hl.arange(64)
         for tile_t in hl.tile(end - begin, block_size=64):
             chunk = first_chunk + tile_t.id
@@ -500,8 +500,8 @@ def _state_pass_fn(
 # Module defaults (no runtime autotuning). Small programs with few warps: the intra-chunk work is many 16-row
 # and 64-row dots, and a program that holds little runs many to an SM (8-warp versions of these kernels
 # used 255 registers a thread, one program per SM, and were latency-bound: 250 and 191 us at 1x4096).
-# Warps and tiles: the H200 sweeps of 2026-11-29 (kernels/measurements/h200_prefill_sweep.json). The state
-# pass's V tile is widened at run time when its programs would take more than one wave (_state_kernel).
+# Warps and tiles: the H200 sweeps in measurements/kernels-tuning/h200_prefill_sweep.json. The state pass's
+# V tile is widened at run time when its programs would take more than one wave (_state_kernel).
 # At run time, per kernel: a config set by configure() / KDAKIT_PREFILL_CONFIGS wins, else the tuned config
 # shipped for the GPU's SKU and bucket (`prefill-<kernel>` files, kdakit.kernels.tuned), else these.
 DEFAULT_CONFIGS: dict[str, dict] = {
@@ -762,8 +762,9 @@ def chunk_kda(
     past T (CUDA Graph padding) are ignored. initial_state [slots,HV,V,K] (fp32/bf16) is updated in place
     at initial_state_indices [N] (negative: zero start, nothing written). Varlen: B == 1 and cu_seqlens
     [N+1]. The output is written into v's storage; returns o, or (o, None) with
-    output_intermediate_states (per-chunk states are not materialised; see the module docstring). chunk_indices/chunk_offsets are accepted for signature compatibility; the
-    chunk map is rebuilt on the device without a host sync.
+    output_intermediate_states (per-chunk states are not materialised; see the module docstring).
+    chunk_indices/chunk_offsets are accepted for signature compatibility; the chunk map is rebuilt on the
+    device without a host sync.
     """
     del chunk_indices, chunk_offsets, kwargs
     if initial_state is None or initial_state_indices is None:

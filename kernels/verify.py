@@ -336,34 +336,3 @@ def helion_kda_verify(
         )
     )  # fmt: skip
     return out
-
-
-def _self_check() -> None:
-    from kdakit.kernels.reference import verify_reference
-    from kdakit.kernels.testing import verify_case
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    case = verify_case(
-        [3, 2], 2, 4, 32, 32, 4, cache_indices=[3, -1], rows=[1, 0], num_rows=2,
-        parents=[[0, 0, 0], [0, 0, 0]], device=device,
-    )  # fmt: skip
-    cpu = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in case.items()}
-    ref_out, ref_snaps = verify_reference(
-        cpu["q"], cpu["k"], cpu["v"], cpu["a"], cpu["b"], cpu["A_log"], cpu["dt_bias"], cpu["ssm_states"],
-        cpu["cache_indices"], cpu["query_start_loc"], cpu["intermediate_states_buffer"],
-        cpu["intermediate_state_indices"], cpu["retrieve_parent_token"], -5.0,
-    )  # fmt: skip
-    out = helion_kda_verify(**case, lower_bound=-5.0)
-    snaps = case["intermediate_states_buffer"].double().cpu()
-    print("out err", (out.double().cpu() - ref_out).abs().max().item())
-    print("snapshot err", (snaps[1, :3] - ref_snaps[1, :3]).abs().max().item())
-
-
-if __name__ == "__main__":
-    import os
-
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        from kdakit.kernels import interpret
-
-        interpret.install()
-    _self_check()

@@ -127,7 +127,7 @@ def check(x, out, pool, *, lower_bound, beta_is_raw=True, l2norm=True, track=Non
     if track is not None:  # (track_state [N, HV, V, K], track_chunk_idx [N]): varlen
         track_state, track_idx = track
         first_chunk = [0]
-        for b, s, e in sequences(x):
+        for _, s, e in sequences(x):
             first_chunk.append(first_chunk[-1] + (e - s + 63) // 64)
         for n, c in enumerate(track_idx.tolist()):
             if c < 0:

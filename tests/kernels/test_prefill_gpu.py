@@ -1,6 +1,6 @@
 """GPU tests of kdakit's Helion chunked KDA prefill at real shapes (H = 16, K = V = 128), on the lent H200.
 
-Run: pytest -m gpu tests/test_kernels_prefill_gpu.py
+Run: pytest -m gpu tests/kernels/test_prefill_gpu.py
 Parity: the fp64 token-by-token reference (on the GPU, fp64) and SGLang 0.5.23's Triton `chunk_kda`
 (through kdakit.kernels.tools.upstream; those tests skip, naming the reason, when it cannot be loaded).
 """
@@ -183,7 +183,7 @@ def test_size_one_first_in_fresh_process():
     code = r"""
 import torch, sys
 sys.path.insert(0, @TESTS@)
-from test_kernels_prefill_gpu import make, run, reference
+from test_prefill_gpu import make, run, reference
 from kdakit.kernels import prefill
 worst = 0.0
 for lens in ([1], [3], [70], [1, 70]):
