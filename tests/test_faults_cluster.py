@@ -252,6 +252,9 @@ def test_run_b_deploy_faults_on_four_hosts_and_a_full_results_disk(cluster, tmp_
                 pass
         down = make(cluster, "teardown", "RUN_ID=f-b", f"EXTRA={faults}", results=results)
         assert down.returncode != 0
+        assert lines(down)["h1"] == (
+            f"h1: teardown failed (cannot reach the Docker engine at {h1.engine.host} (is dockerd running?))"
+        ), lines(down)
         record = rf"{results}/f-b/h\d/helion/provenance\.json"
         full = re.search(rf"kdakit provenance: cannot write {record}: No space left on device", down.stdout)
         assert full, down.stdout[-3000:]
