@@ -244,8 +244,7 @@ def run_serving(args: argparse.Namespace) -> int:
             raise UsageError(f"--dataset-path: no such file {dataset_path}")
 
     base_url = context.normalize_base_url(args.base_url)
-    if context.get_json(f"{base_url}/v1/models") is None:
-        raise UsageError(f"no server answers at {base_url}/v1/models")
+    bounded.require_server(base_url, ("/v1/models",), context.host_name(args))
     info = context.server_info(base_url)
     tokenizer = _tokenizer(args, info)
     where = context.resolve(args, "serving", info)

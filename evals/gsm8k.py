@@ -297,11 +297,7 @@ def run_gsm8k(args: argparse.Namespace) -> int:
     limited = rows["questions"]["count"] < full_rows
 
     base_url = context.normalize_base_url(args.base_url)
-    if context.get_json(f"{base_url}/v1/models") is None and context.get_json(f"{base_url}/health") is None:
-        raise UsageError(
-            f"no server answers at {base_url} (tried /v1/models and /health: "
-            f"{bounded.probe(f'{base_url}/v1/models')})"
-        )
+    bounded.require_server(base_url, ("/v1/models", "/health"), context.host_name(args))
     info = context.server_info(base_url)
     model = args.model or context.served_model(base_url) or "default"
     where = context.resolve(args, "gsm8k", info)

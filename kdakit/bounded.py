@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 
+from kdakit.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -113,6 +115,17 @@ def probe(url: str, timeout: float = 5.0) -> str:
         if isinstance(reason, TimeoutError) or "timed out" in str(reason):
             return f"no answer within {timeout:g} s"
         return f"refused ({reason})"
+
+
+def require_server(base_url: str, paths: tuple[str, ...], host: str, timeout: float = 5.0) -> None:
+    """Raise one line (UsageError) unless one of the GETs answers: which host asked, URL, what each gave."""
+    found = []
+    for path in paths:
+        state = probe(f"{base_url}{path}", timeout)
+        if state == "answers":
+            return
+        found.append(f"GET {path}: {state}")
+    raise UsageError(f"no server answers at {base_url} (from host {host}): {'; '.join(found)}")
 
 
 def hung_line(what: str, host: str, url: str, outcome: Outcome, stall_s: float, total_s: float) -> str:

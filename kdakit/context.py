@@ -93,10 +93,14 @@ def default_run_id() -> str:
     return os.environ.get("KDAKIT_RUN_ID") or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
+def host_name(args: argparse.Namespace) -> str:
+    return args.host_name or os.environ.get("KDAKIT_HOST") or socket.gethostname()
+
+
 def resolve(args: argparse.Namespace, kind: str, info: dict | None) -> dict:
     """run_id, host, sku, arm, out (Path), run_dir: server-command.json (or its folder) for provenance."""
     run_id = args.run_id or default_run_id()
-    host = args.host_name or os.environ.get("KDAKIT_HOST") or socket.gethostname()
+    host = host_name(args)
     sku = (
         args.sku or os.environ.get("KDAKIT_SKU") or provenance.sku_from_gpus(provenance.gpus_and_driver()[0])
     )

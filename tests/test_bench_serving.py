@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import socket
 import statistics
 import sys
 import textwrap
@@ -259,6 +260,21 @@ def test_hung_point_stops_the_bench_within_its_limit_keeps_earlier_points_and_ht
     assert [t.split(":", 2)[2] for t in calls.read_text().split()] == [
         "i32-o16-c1:run1", "i64-o8-c4:run1", "i64-o8-c8:run1"
     ]  # fmt: skip
+
+
+def test_a_server_that_accepts_and_never_answers_is_one_line_within_the_probe_limit(capsys):
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections complete in the backlog; nothing ever reads or answers them
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    started = time.monotonic()
+    try:
+        code = cli.main(["bench", "serving", "--base-url", url, "--dataset", "random-ids", "--host", "h9"])
+    finally:
+        silent.close()
+    assert code == 2 and time.monotonic() - started < 15
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(f"no server answers at {url} (from host h9): GET /v1/models: no answer within 5 s")
 
 
 def test_pr_protocol_client_flags():
