@@ -3,8 +3,8 @@
 Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
 - every pinned package of the image (torch, triton, helion, sglang, lm-eval) is installed at its pin,
   and torch was built for the pinned CUDA;
-- SGLang's Helion KDA backend resolves to the kernels the arm asks for (`helion`: kdakit's,
-  `helion-upstream`: SGLang's own Helion kernels, `triton`: SGLang's Triton adapter is importable);
+- SGLang's Helion KDA backend resolves to the kernels the arm asks for (arms: kdakit/profiles/arms.toml; an
+  arm without the Helion backend: SGLang's Triton adapter is importable);
 - tuned kernel configs shipped for this GPU's SKU: listed, and FAIL where their kernel source hash or helion
   version differ from what is installed (they would not be used); one tuned with another triton/torch is
   used, and listed as "active, tuned with other triton/torch: re-tune in the image";
@@ -27,25 +27,25 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from kdakit import pins
+from kdakit.kernels.integration import DEFAULT as KDAKIT_KERNELS
+from kdakit.kernels.integration import ENV_VAR, KDAKIT_MODULES
 
 IMAGE_PACKAGES = ("torch", "triton", "helion", "sglang", "lm-eval")
-ENV_VAR = "KDAKIT_HELION_KERNELS"
 
 
 def arm_kernels() -> dict[str, str | None]:
     """arm -> the KDAKIT_HELION_KERNELS value that selects its kernels (None: no Helion backend), from
     kdakit/profiles/arms.toml."""
     from kdakit import profiles
-    from kdakit.kernels.integration import DEFAULT
 
     return {
-        name: spec.get("env", {}).get(ENV_VAR, DEFAULT) if spec["kda_backend"] == "helion" else None
+        name: spec.get("env", {}).get(ENV_VAR, KDAKIT_KERNELS) if spec["kda_backend"] == "helion" else None
         for name, spec in profiles.arms().items()
     }
 
 
 ARMS = arm_kernels()
-PHASES = ("decode", "verify", "prefill")
+PHASES = tuple(KDAKIT_MODULES)
 TRITON_ADAPTER = "sglang.srt.layers.attention.linear.kernels.kda_triton"
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
@@ -144,7 +144,7 @@ def check_arm(
     environ: dict | None = None,
 ) -> list[Check]:
     environ = os.environ if environ is None else environ
-    if arm == "triton":
+    if ARMS[arm] is None:
         ok, why = importable(TRITON_ADAPTER)
         detail = f"{TRITON_ADAPTER} imports" if ok else f"{TRITON_ADAPTER} does not import: {why}"
         return [Check("arm triton: SGLang Triton KDA adapter", PASS if ok else FAIL, detail)]
@@ -161,13 +161,13 @@ def check_arm(
     if "error" in resolved:
         return [*checks, Check(f"arm {arm}: Helion KDA kernels", FAIL, resolved["error"])]
     if "absent" in resolved:
-        status = SKIP if arm == "helion" else PASS
+        status = SKIP if ARMS[arm] == KDAKIT_KERNELS else PASS
         detail = (
             "kdakit's SGLang integration is not in this build: "
             "the Helion backend runs SGLang's upstream kernels"
         )
         return [*checks, Check(f"arm {arm}: Helion KDA kernels", status, detail)]
-    if resolved.get("kernels") == "unpatched" and arm == "helion":
+    if resolved.get("kernels") == "unpatched" and ARMS[arm] == KDAKIT_KERNELS:
         checks.append(
             Check(
                 "arm helion: SGLang patched",
@@ -186,7 +186,7 @@ def check_arm(
 
 def gpu_checks(arm: str, facts: dict) -> list[Check]:
     names = [f"GPU parity: {phase} vs Triton" for phase in PHASES]
-    if arm == "triton":
+    if ARMS[arm] is None:
         return [Check(n, SKIP, "arm triton runs no Helion kernel") for n in names]
     if not facts.get("gpu"):
         return [Check(n, SKIP, "no GPU here") for n in names]
@@ -222,7 +222,7 @@ def config_checks(arm: str, facts: dict, environ: dict | None = None) -> list[Ch
     is installed). Without a GPU, every shipped SKU's files are checked; with none shipped for the GPU, one
     SKIP row says the defaults run."""
     name = "tuned kernel configs"
-    if arm == "triton":
+    if ARMS[arm] is None:
         return [Check(name, SKIP, "arm triton runs no kdakit kernel")]
     environ = os.environ if environ is None else environ
     try:
