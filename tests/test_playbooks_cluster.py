@@ -4,7 +4,7 @@ a stand-in nvidia-smi (h1, h2: 4 x H200; h3: 2 x H200), the test-double server i
 tests/infra/bench_client_image.py) loaded through the image role's tarball path.
 
 Flow, through the make targets: deploy (h3 fails preflight, the others deploy) -> deploy again (nothing
-changes) -> eval-gsm8k (real lm-eval in the kdakit image) -> bench (SGLang's benchmark client in the image)
+changes) -> eval-gsm8k (SGLang's run_eval in the image) -> bench (SGLang's benchmark client in the image)
 -> collect -> teardown (twice) -> kdakit report on the collected tree. Then a second run whose server
 container exits at start on h2: reported, its log collected, while h1 deploys.
 """
