@@ -979,11 +979,14 @@ td:first-child,th:first-child{text-align:left}.holds{color:#17692c;font-weight:6
 
 def _html_cell(text: str) -> str:
     t = html.escape(str(text))
-    if text in ("holds", "holds where measured"):
+    text = str(text)
+    if text in ("holds", "holds where measured") or text.startswith("within ±"):
         return f'<td class="holds">{t}</td>'
-    if text == "does not hold":
+    if text == "does not hold" or text.startswith("different ("):
         return f'<td class="nothold">{t}</td>'
-    if text in ("missing", "failed", "not published", "n/a", "no data"):
+    if text in ("missing", "failed", "hung", "not published", "n/a", "no data", "inconclusive") or (
+        text.startswith("inconclusive at")
+    ):
         return f'<td class="missing">{t}</td>'
     return f"<td>{t}</td>"
 

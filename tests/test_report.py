@@ -200,6 +200,8 @@ def test_html_is_self_contained_with_inline_plots(tmp_path):
     assert page.count('src="data:image/png;base64,') == 3
     assert not re.search(r"(src|href)=\"(https?:)?//", page), "no external resources"
     assert '<td class="nothold">does not hold</td>' in page
+    assert '<td class="holds">within ±1 % (CI inside the band); these runs resolve ±0.34 %</td>' in page
+    assert '<td class="nothold">different (CI excludes 1); these runs resolve ±0.47 %</td>' in page
     assert (tmp_path / "out" / "report-plots" / "serving-ab-1-h200-a-pr.png").stat().st_size > 1000
 
 
