@@ -176,3 +176,21 @@ def test_playbooks_mk_targets_are_listed_by_make_help():
         "lint-playbooks",
     ):
         assert f"  {target} " in out, target
+
+
+@pytest.mark.parametrize("role", ["gsm8k", "bench"])
+def test_measuring_containers_see_the_gpus_for_telemetry(role):
+    """The eval and bench containers sample nvidia-smi every second; without the driver's utility
+    capability they would record "no telemetry" on every real host."""
+    import yaml
+
+    tasks = yaml.safe_load((PLAYBOOKS / "roles" / role / "tasks" / "main.yml").read_text())
+    runs = [
+        t["community.docker.docker_container"]
+        for t in tasks
+        if t.get("community.docker.docker_container", {}).get("state") == "started"
+    ]
+    assert runs, f"no container started in roles/{role}"
+    for run in runs:
+        requests = run.get("device_requests", "")
+        assert "'utility'" in requests and "kdakit_use_gpus" in requests, run
