@@ -9,6 +9,8 @@ DRY_RUN ?=
 PREFLIGHT_DONE ?=
 # The arms an A/B runs, in order.
 ARMS ?= triton helion
+# The serving protocol of bench and ab-* (bench/protocols.toml): pr, or rigorous (interleaved visits).
+BENCH_PROTOCOL ?= pr
 EXTRA ?=
 HOSTS ?= h200:b200
 RESULTS ?= results
@@ -28,15 +30,19 @@ kdakit_latest = mkdir -p $(RESULTS) && echo $(1) > $(RESULTS)/LATEST
 kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/preflight.py cluster --sku $(1) \
 	--inventory $(INVENTORY) --playbook playbooks/preflight.yml --ansible-playbook $(ANSIBLE_PLAYBOOK) \
 	--ansible-inventory $(dir $(ANSIBLE_PLAYBOOK))ansible-inventory --docker $(DOCKER) --extra "$(EXTRA)" $(2)
-# A/B on the same hosts under one run id: every step for the triton arm, then for the helion arm. A host whose
-# deploy failed skips its later measuring steps (collect and teardown still run). Ends with one roll-up table
-# (host x arm x step -> outcome, cause), then the report; the exit status is non-zero unless all were ok.
+# A/B on the same hosts under one run id: every step for the triton arm, then for the helion arm; with
+# BENCH_PROTOCOL=rigorous, its `repeats` visits per arm interleaved (triton, helion, triton, ...; GSM8K on the
+# first visit only). A host whose deploy failed skips its later measuring steps (collect and teardown still
+# run). Ends with one roll-up table (host x arm x step -> outcome, cause), then the report; the exit status is
+# non-zero unless all were ok.
 define kdakit_ab
 $(call kdakit_latest,$(NEW_RUN_ID)); \
-rc=0; for arm in $(ARMS); do for step in deploy eval-gsm8k bench collect teardown; do \
-  echo "== $(1) $$arm $$step (run $(NEW_RUN_ID))"; \
-  $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) || rc=1; \
-done; done; \
+visits=$$($(PY) -c 'from kdakit.bench.serving import load_protocols; print(load_protocols()["$(BENCH_PROTOCOL)"].repeats)') || exit 2; \
+rc=0; for visit in $$(seq $$visits); do for arm in $(ARMS); do \
+  for step in deploy $$([ $$visit = 1 ] && echo eval-gsm8k) bench collect teardown; do \
+    echo "== $(1) $$arm $$step (run $(NEW_RUN_ID)$$([ $$visits -gt 1 ] && echo ", visit $$visit of $$visits"))"; \
+    $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) -e kdakit_bench_protocol=$(BENCH_PROTOCOL) || rc=1; \
+done; done; done; \
 echo "== $(1) roll-up (run $(NEW_RUN_ID))"; \
 $(PY) -m kdakit.provenance rollup $(RESULTS)/$(NEW_RUN_ID) || rc=1; \
 $(KDAKIT) report $(RESULTS)/$(NEW_RUN_ID) || rc=1; exit $$rc
@@ -60,8 +66,8 @@ deploy-b200: setup ## Preflight, load the image, start the server on the B200 ho
 eval-gsm8k: setup ## GSM8K (kdakit eval gsm8k) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
 	$(call kdakit_playbook,eval-gsm8k,$(HOSTS),$(LAST_RUN_ID),$(ARM))
 
-bench: setup ## Serving benchmark (kdakit bench serving) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
-	$(call kdakit_playbook,bench,$(HOSTS),$(LAST_RUN_ID),$(ARM))
+bench: setup ## Serving benchmark (kdakit bench serving) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200 BENCH_PROTOCOL=pr
+	$(call kdakit_playbook,bench,$(HOSTS),$(LAST_RUN_ID),$(ARM)) -e kdakit_bench_protocol=$(BENCH_PROTOCOL)
 
 collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to results/<run-id>/<host>/. Vars: INVENTORY= ARM=helion RUN_ID=<last>
 	$(call kdakit_playbook,collect,$(HOSTS),$(LAST_RUN_ID),$(ARM))
@@ -69,11 +75,11 @@ collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to result
 teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
 	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
 
-ab-h200: setup ## Preflight, then A/B on the H200 hosts: triton arm then helion arm, one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion"
+ab-h200: setup ## Preflight, then A/B on the H200 hosts: triton arm then helion arm (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion" BENCH_PROTOCOL=pr
 	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,h200,--gate))
 	@$(call kdakit_ab,h200)
 
-ab-b200: setup ## Preflight, then A/B on the B200 hosts: triton arm then helion arm, one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion"
+ab-b200: setup ## Preflight, then A/B on the B200 hosts: triton arm then helion arm (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion" BENCH_PROTOCOL=pr
 	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,b200,--gate))
 	@$(call kdakit_ab,b200)
 

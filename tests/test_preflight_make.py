@@ -103,3 +103,28 @@ def test_host_lines_parse_back():
                 pf.Verdict("disk", True, "9.0 GB free")]  # fmt: skip
     text = "\n".join(v.line("h1") for v in verdicts) + "\nFAIL h1: preflight: 1 of 2 checks failed\n"
     assert pf.parse_lines(text) == [verdicts[0], pf.Verdict("disk", True, "9.0 GB free", "")]
+
+
+@pytest.mark.parametrize(("protocol", "visits"), [("pr", 1), ("rigorous", 5)])
+def test_ab_visits_the_arms_interleaved_as_the_bench_protocol_asks(tmp_path, protocol, visits):
+    """ab-* runs every step per arm once for `pr`; for `rigorous` its `repeats` visits per arm, interleaved
+    (triton, helion, triton, ...), GSM8K on the first visit only, the protocol passed to every step."""
+    log = tmp_path / "calls.log"
+    fake = tmp_path / "ansible-playbook"
+    fake.write_text(f'#!/bin/sh\necho "$(basename "$1") $*" >> {log}\n')
+    fake.chmod(0o755)
+    proc, _ = make(
+        "ab-h200", "PREFLIGHT_DONE=1", f"BENCH_PROTOCOL={protocol}", f"ANSIBLE_PLAYBOOK={fake}",
+        f"RESULTS={tmp_path / 'results'}", "RUN_ID=t1",
+    )  # fmt: skip
+    calls = [line.split()[0].removesuffix(".yml") for line in log.read_text().splitlines()]
+    arms = [line.split("kdakit_arm=")[1].split()[0] for line in log.read_text().splitlines()]
+    per_visit = ["deploy", "bench", "collect", "teardown"]
+    expected, expected_arms = [], []
+    for visit in range(visits):
+        for arm in ("triton", "helion"):
+            steps = per_visit[:1] + ["eval-gsm8k"] * (visit == 0) + per_visit[1:]
+            expected += steps
+            expected_arms += [arm] * len(steps)
+    assert calls == expected and arms == expected_arms, proc.stdout
+    assert all(f"kdakit_bench_protocol={protocol}" in line for line in log.read_text().splitlines())
