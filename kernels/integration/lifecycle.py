@@ -21,12 +21,15 @@ Stand-ins, each only where SGLang cannot be built without a GPU server and a mod
 - `_NoFullAttention`: the full-attention half of `HybridLinearAttnBackend` (this model slice has no full
   attention layer; the wrapper only routes KDA calls and commits state).
 - Requests get pool rows and mamba slots from the pool's own allocator, not from scheduler `Req` objects.
-- On the CPU, `is_cuda()` in the backend module answers True: SGLang's dispatcher refuses Helion without
-  CUDA, while Triton's interpreter (TRITON_INTERPRET=1) runs the same kernels on CPU tensors.
+- On the CPU only: `is_cuda()` in the backend module answers True (SGLang's dispatcher refuses Helion
+  without CUDA, while Triton's interpreter, TRITON_INTERPRET=1, runs the same kernels on CPU tensors); the
+  post-verify commit's CUDA-only fused scatters give way to SGLang's own torch scatter; two interpreter gaps
+  are closed (`_interpretable_builtin_aliases`); activations are fp32 (the interpreter's bf16 arithmetic).
 
-The model's conv1d, gate and beta projections are replaced by random activations of the layer's shapes;
-the fp64 reference (`kdakit.kernels.reference`) replays every request's token sequence from the conv
-output the backend computed, so agreement is checked per phase. Results: `LifecycleReport`.
+The model's projections in front of the layer are replaced by random pre-conv rows, gates and betas of the
+layer's shapes; the fp64 reference (`kdakit.kernels.reference`) recomputes each request from those rows,
+short conv included, and carries its committed state from phase to phase, so every phase's outputs, pool
+state and snapshots are checked (`problems`, `TOLERANCES`). Results: `LifecycleReport`.
 """
 
 from __future__ import annotations
@@ -335,7 +338,6 @@ class Lifecycle:
         if backend == "helion":
             load_adapter(kernels)
         s = self.shape
-        H = D = None
         H, D = s.heads, s.head_dim
         self.H, self.D = H, D
         self.dim = 3 * H * D
@@ -518,7 +520,7 @@ class Lifecycle:
         mixed, gate, beta = self._tokens(len(reqs))
         before = self._temporal()
         if graph:
-            out = self._graph_forward(ForwardMode.DECODE, reqs, seq_lens, None, mixed, gate, beta)
+            out = self._graph_forward(ForwardMode.DECODE, reqs, seq_lens, mixed, gate, beta)
         else:
             batch = self._base_batch(ForwardMode.DECODE, reqs, seq_lens, len(reqs), [s - 1 for s in seq_lens])
             out = self._forward(batch, mixed, gate, beta)
@@ -628,7 +630,7 @@ class Lifecycle:
         mixed, gate, beta = self._tokens(bs * n)
         before = self._temporal()
         if graph:
-            out = self._graph_forward(ForwardMode.TARGET_VERIFY, reqs, prefix, None, mixed, gate, beta)
+            out = self._graph_forward(ForwardMode.TARGET_VERIFY, reqs, prefix, mixed, gate, beta)
         else:
             positions = [p + _depth(parents, j) for p in prefix for j in range(n)]
             batch = self._base_batch(ForwardMode.TARGET_VERIFY, reqs, prefix, bs * n, positions)
@@ -660,7 +662,7 @@ class Lifecycle:
         self.report.states[f"{phase} commit"] = temporal[[r.slot for r in reqs]]
         self._check_untouched(before, temporal, {r.slot for r in reqs}, f"{phase} commit")
 
-    def _graph_forward(self, mode, reqs, seq_lens, _unused, mixed, gate, beta):
+    def _graph_forward(self, mode, reqs, seq_lens, mixed, gate, beta):
         """SGLang's graph-runner protocol for one bucket: graph state sized once, capture on dummy rows
         (request-pool row 0, whose mamba slot is the pool's padding slot), then per replay the backend's
         out-of-graph metadata for the real rows plus padding, new inputs copied into the static buffers."""
