@@ -64,36 +64,35 @@ def test_helion_arms_agree_with_the_triton_arm(case, baseline):
     assert lifecycle.problems(r, b) == []
 
 
-def test_tree_and_chain_differ():
-    """The tree case really verifies a tree: its verify outputs differ from a chain's on the same tokens."""
-    tree = report("triton-tree-tp8-bf16")
-    shape = lifecycle.Shape(heads=1, head_dim=32, state_dtype="bfloat16", prefill_lens=LENS)
-    chain = lifecycle.run("triton", shape, topk=1, device="cpu")
-    assert (tree.outputs["verify 1"] - chain.outputs["verify 1"]).abs().max() > 1e-2
-    assert (tree.outputs["extend"] - chain.outputs["extend"]).abs().max() == 0  # same inputs up to verify
-
-
-def test_the_backends_row_table_reaches_the_verify_kernel():
-    """SGLang passes `intermediate_state_indices` as its whole per-pool table; kdakit's verify gets that."""
+def test_the_verify_kernel_gets_the_backends_row_table_and_the_tree():
+    """What SGLang's backend hands kdakit's verify: `intermediate_state_indices` as its whole per-pool table
+    (longer than the batch), and for top-k > 1 the parent of every draft node, which SGLang's conv update
+    derives from the draft tree's next-token/next-sibling links (lifecycle.TREE_PARENTS)."""
     from kdakit.kernels import verify
 
     seen = []
     original = verify.helion_kda_verify
 
     def spy(**kwargs):
-        seen.append((kwargs["intermediate_state_indices"].shape[0], kwargs["cache_indices"].shape[0]))
+        parents = kwargs["retrieve_parent_token"]
+        seen.append((kwargs["intermediate_state_indices"].shape[0], kwargs["cache_indices"].shape[0],
+                     None if parents is None else parents.tolist()))  # fmt: skip
         return original(**kwargs)
 
     shape = lifecycle.Shape(heads=1, head_dim=32, prefill_lens=(3, 4), decode_steps=0)
     verify.helion_kda_verify = spy
     try:
-        with lifecycle.Lifecycle("helion", shape, device="cpu") as life:
-            reqs = [life.new_request() for _ in shape.prefill_lens]
-            life.extend(reqs, list(shape.prefill_lens))
-            life.verify(reqs, [2, 3])
+        for topk in (1, 2):
+            with lifecycle.Lifecycle("helion", shape, topk=topk, device="cpu") as life:
+                reqs = [life.new_request() for _ in shape.prefill_lens]
+                life.extend(reqs, list(shape.prefill_lens))
+                life.verify(reqs, [2, 3])
     finally:
         verify.helion_kda_verify = original
-    assert seen and all(rows > n for rows, n in seen), seen
+    (chain_rows, chain_n, chain_parents), (tree_rows, tree_n, tree_parents) = seen
+    assert chain_rows > chain_n and tree_rows > tree_n
+    assert chain_parents is None
+    assert [row[1:] for row in tree_parents] == [lifecycle.TREE_PARENTS[1:]] * 2
 
 
 def test_unknown_arm_is_one_clear_error():
