@@ -9,8 +9,10 @@ DRY_RUN ?=
 PREFLIGHT_DONE ?=
 # The arms an A/B runs, in order.
 ARMS ?= triton helion
-# The serving protocol of bench and ab-* (bench/protocols.toml): pr, or rigorous (interleaved visits).
-BENCH_PROTOCOL ?= pr
+# The serving protocol of bench and ab-* (bench/protocols.toml), e.g. rigorous (interleaved visits); unset:
+# the bench role's kdakit_bench_protocol (pr) or what the inventory or EXTRA sets.
+BENCH_PROTOCOL ?=
+kdakit_bench_protocol_arg = $(if $(BENCH_PROTOCOL),-e kdakit_bench_protocol=$(BENCH_PROTOCOL))
 EXTRA ?=
 HOSTS ?= h200:b200
 RESULTS ?= results
@@ -37,11 +39,11 @@ kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/preflight.p
 # non-zero unless all were ok.
 define kdakit_ab
 $(call kdakit_latest,$(NEW_RUN_ID)); \
-visits=$$($(PY) -c 'from kdakit.bench.serving import load_protocols; print(load_protocols()["$(BENCH_PROTOCOL)"].repeats)') || exit 2; \
+visits=$$($(PY) -c 'from kdakit.bench.serving import load_protocols; print(load_protocols()["$(or $(BENCH_PROTOCOL),pr)"].repeats)') || exit 2; \
 rc=0; for visit in $$(seq $$visits); do for arm in $(ARMS); do \
   for step in deploy $$([ $$visit = 1 ] && echo eval-gsm8k) bench collect teardown; do \
     echo "== $(1) $$arm $$step (run $(NEW_RUN_ID)$$([ $$visits -gt 1 ] && echo ", visit $$visit of $$visits"))"; \
-    $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) -e kdakit_bench_protocol=$(BENCH_PROTOCOL) || rc=1; \
+    $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) $(kdakit_bench_protocol_arg) || rc=1; \
 done; done; done; \
 echo "== $(1) roll-up (run $(NEW_RUN_ID))"; \
 $(PY) -m kdakit.provenance rollup $(RESULTS)/$(NEW_RUN_ID) || rc=1; \
@@ -66,8 +68,8 @@ deploy-b200: setup ## Preflight, load the image, start the server on the B200 ho
 eval-gsm8k: setup ## GSM8K (kdakit eval gsm8k) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
 	$(call kdakit_playbook,eval-gsm8k,$(HOSTS),$(LAST_RUN_ID),$(ARM))
 
-bench: setup ## Serving benchmark (kdakit bench serving) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200 BENCH_PROTOCOL=pr
-	$(call kdakit_playbook,bench,$(HOSTS),$(LAST_RUN_ID),$(ARM)) -e kdakit_bench_protocol=$(BENCH_PROTOCOL)
+bench: setup ## Serving benchmark (kdakit bench serving) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200 BENCH_PROTOCOL=
+	$(call kdakit_playbook,bench,$(HOSTS),$(LAST_RUN_ID),$(ARM)) $(kdakit_bench_protocol_arg)
 
 collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to results/<run-id>/<host>/. Vars: INVENTORY= ARM=helion RUN_ID=<last>
 	$(call kdakit_playbook,collect,$(HOSTS),$(LAST_RUN_ID),$(ARM))
@@ -75,11 +77,11 @@ collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to result
 teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
 	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
 
-ab-h200: setup ## Preflight, then A/B on the H200 hosts: triton arm then helion arm (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion" BENCH_PROTOCOL=pr
+ab-h200: setup ## Preflight, then A/B on the H200 hosts: triton arm then helion arm (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion" BENCH_PROTOCOL=
 	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,h200,--gate))
 	@$(call kdakit_ab,h200)
 
-ab-b200: setup ## Preflight, then A/B on the B200 hosts: triton arm then helion arm (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion" BENCH_PROTOCOL=pr
+ab-b200: setup ## Preflight, then A/B on the B200 hosts: triton arm then helion arm (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion" BENCH_PROTOCOL=
 	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,b200,--gate))
 	@$(call kdakit_ab,b200)
 

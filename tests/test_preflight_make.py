@@ -105,10 +105,11 @@ def test_host_lines_parse_back():
     assert pf.parse_lines(text) == [verdicts[0], pf.Verdict("disk", True, "9.0 GB free", "")]
 
 
-@pytest.mark.parametrize(("protocol", "visits"), [("pr", 1), ("rigorous", 5)])
+@pytest.mark.parametrize(("protocol", "visits"), [("", 1), ("pr", 1), ("rigorous", 5)])
 def test_ab_visits_the_arms_interleaved_as_the_bench_protocol_asks(tmp_path, protocol, visits):
     """ab-* runs every step per arm once for `pr`; for `rigorous` its `repeats` visits per arm, interleaved
-    (triton, helion, triton, ...), GSM8K on the first visit only, the protocol passed to every step."""
+    (triton, helion, triton, ...), GSM8K on the first visit only, the protocol passed to every step; unset,
+    nothing is passed, so the inventory's or EXTRA's protocol holds."""
     log = tmp_path / "calls.log"
     fake = tmp_path / "ansible-playbook"
     fake.write_text(f'#!/bin/sh\necho "$(basename "$1") $*" >> {log}\n')
@@ -127,4 +128,8 @@ def test_ab_visits_the_arms_interleaved_as_the_bench_protocol_asks(tmp_path, pro
             expected += steps
             expected_arms += [arm] * len(steps)
     assert calls == expected and arms == expected_arms, proc.stdout
-    assert all(f"kdakit_bench_protocol={protocol}" in line for line in log.read_text().splitlines())
+    lines = log.read_text().splitlines()
+    if protocol:
+        assert all(f"kdakit_bench_protocol={protocol}" in line for line in lines)
+    else:
+        assert not any("kdakit_bench_protocol" in line for line in lines)
