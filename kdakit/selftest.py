@@ -37,11 +37,10 @@ def arm_kernels() -> dict[str, str | None]:
     """arm -> the KDAKIT_HELION_KERNELS value that selects its kernels (None: no Helion backend), from
     kdakit/profiles/arms.toml."""
     from kdakit import profiles
+    from kdakit.kernels.integration.lifecycle import arm_settings
 
-    return {
-        name: spec.get("env", {}).get(ENV_VAR, KDAKIT_KERNELS) if spec["kda_backend"] == "helion" else None
-        for name, spec in profiles.arms().items()
-    }
+    settings = {name: arm_settings(name) for name in profiles.arms()}
+    return {name: kernels if backend == "helion" else None for name, (backend, kernels) in settings.items()}
 
 
 ARMS = arm_kernels()
