@@ -3,7 +3,9 @@
 Timing is kernels/tools/timing.py's method (CUDA-graph per-call medians, L2-cold slot rotation, in-graph
 restore for prefill, single-call replays with L2 flushed, HBM floor from the measured copy bandwidth). Every
 arm's outputs and states are checked against SGLang's Triton kernel before it is timed. Shapes and defaults
-come from kernels/shapes.toml.
+come from kernels/shapes.toml. Each shape is timed in `repeats` rounds: every arm once per round, the order
+rotated round to round, so drift and thermal state hit every arm alike; the table shows each arm's median over
+the rounds, and kdakit's time over each other arm's gets a 95 % interval paired by round (kdakit.stats).
 
 The pure parts (byte counts, statistics, table, JSON) run anywhere; timing needs an NVIDIA GPU.
 """
@@ -63,6 +65,8 @@ class BenchConfig:
     replays: int = _BENCH["replays"]
     single_replays: int = _BENCH["single_replays"]
     pool_bytes: int = _MODEL["pool_slots"] * _MODEL["heads"] * _MODEL["head_dim"] ** 2 * 4  # fp32 states
+    repeats: int = _BENCH["repeats"]  # rounds per shape, arms interleaved
+    band_pct: float = _BENCH["band_pct"]  # the "within" band of the kdakit / arm verdicts
     seed: int = 0
     kdakit_configs: str = "shipped"  # "shipped", "default", or "both" (adds the helion-kdakit-default arm)
 
@@ -96,6 +100,7 @@ ARMS = {
 # helion-kdakit runs the configs of `--configs` (shipped: tuned files where valid); helion-kdakit-default the
 # module defaults, in the same run, so tuned vs default is measured side by side.
 OPTIONAL_ARMS = frozenset({"helion-kdakit-default"})
+KDAKIT = "helion-kdakit"  # the arm compared with every other one
 CONFIG_MODES = ("shipped", "default", "both")
 
 
@@ -205,6 +210,85 @@ def summarize(samples: list[float]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Rounds: every arm timed once per round, the order rotated, kdakit compared with each arm round by round.
+
+
+def time_rounds(
+    arms: list[str], time_arm: Callable[[str], dict], repeats: int
+) -> tuple[dict[str, list[dict]], dict[str, Exception]]:
+    """`repeats` rounds, each timing every arm once, the order rotated by one arm per round (ABC, BCA, CAB,
+    ...). Returns each arm's rounds ({"round", "position", **time_arm(arm)}) and the arms that raised (left
+    out of the later rounds)."""
+    rounds: dict[str, list[dict]] = {arm: [] for arm in arms}
+    errors: dict[str, Exception] = {}
+    for r in range(repeats):
+        shift = r % len(arms) if arms else 0
+        for position, arm in enumerate(arms[shift:] + arms[:shift]):
+            if arm in errors:
+                continue
+            try:
+                rounds[arm].append({"round": r, "position": position, **time_arm(arm)})
+            except Exception as exc:
+                errors[arm] = exc
+    return rounds, errors
+
+
+def _median_of(samples: list[float]) -> float | None:
+    return statistics.median(samples) if samples else None
+
+
+def arm_timing(rounds: list[dict]) -> dict:
+    """An arm's timing fields from its rounds: every sample list pooled in round order, per_call and
+    single_call summarizing the pooled samples except for the median, which is the median over rounds of
+    each round's median (with one round, that round's median: the fields of a record without rounds)."""
+    timing = {k: [x for r in rounds for x in r[k]] for k, v in rounds[0].items() if isinstance(v, list)}
+    for summary, samples in (("per_call", "samples_us"), ("single_call", "single_samples_us")):
+        timing[summary] = summarize(timing.get(samples, []))
+        medians = [statistics.median(r[samples]) for r in rounds if r.get(samples)]
+        if medians:
+            timing[summary]["median"] = statistics.median(medians)
+    timing["rounds"] = [
+        {
+            "round": r["round"],
+            "position": r["position"],
+            "per_call_us": _median_of(r.get("samples_us", [])),
+            "single_call_us": _median_of(r.get("single_samples_us", [])),
+        }
+        for r in rounds
+    ]
+    return timing
+
+
+def kdakit_vs(row: dict, band_pct: float) -> dict[str, dict]:
+    """kdakit's per-call time / each other arm's, as kdakit.stats' paired ratio interval over the rounds both
+    arms ran (a pair: one round's two medians) and its verdict; only arms sharing >= 2 rounds with kdakit."""
+    ours = _round_values(row, KDAKIT)
+    if len(ours) < 2:
+        return {}
+    from kdakit import stats  # scipy: imported only for a record with rounds
+
+    out = {}
+    for arm in (a for a in row["arms"] if a != KDAKIT):
+        theirs = _round_values(row, arm)
+        common = sorted(ours.keys() & theirs.keys())  # pairs: the same round
+        if len(common) < 2:
+            continue
+        try:
+            ci = stats.paired_ratio_ci([theirs[r] for r in common], [ours[r] for r in common])
+        except ValueError:  # no positive pair (a prefill time at or below its restore's)
+            continue
+        out[arm] = {"ci": dataclasses.asdict(ci), "verdict": stats.verdict(ci, band_pct)}
+    return out
+
+
+def _round_values(row: dict, arm: str) -> dict[int, float]:
+    entry = row["arms"].get(arm, {})
+    if entry.get("status") != "ok":
+        return {}
+    return {r["round"]: r["per_call_us"] for r in entry.get("rounds", []) if r["per_call_us"] is not None}
+
+
+# ---------------------------------------------------------------------------------------------------------
 # The printed table (PR format) and the records.
 
 
@@ -238,11 +322,13 @@ def render_table(result: dict) -> str:
     with the HBM floor; then the decode Triton paths and the single-call replay latencies."""
     rows = result["rows"]
     bw = result.get("copy_bandwidth", {}).get("bytes_per_s")
+    repeats = result.get("config", {}).get("repeats", 1)  # a record from before rounds: one
+    over_rounds = f", then the median over {repeats} interleaved rounds" if repeats > 1 else ""
     lines = [
-        f"Per-call µs, CUDA graph of N back-to-back calls, median of replays; HBM floor at "
+        f"Per-call µs, CUDA graph of N back-to-back calls, median of replays{over_rounds}; HBM floor at "
         f"{bw / 1e12:.2f} TB/s copy bandwidth measured in this run."
         if bw
-        else "Per-call µs.",
+        else f"Per-call µs{over_rounds}.",
         "",
         "| phase | shape | Triton | Helion (kdakit) | change | Helion (upstream) | change | HBM floor | "
         "kdakit / floor |",
@@ -259,6 +345,7 @@ def render_table(result: dict) -> str:
             f"{_arm_cell(row, 'helion-upstream')} | {_fmt_change(change(upstream, triton))} | "
             f"{_fmt_us(row.get('floor_us'))} | {ratio} |"
         )
+    lines += ratio_table(result)
     decode = [r for r in rows if r["phase"] == "decode"]
     if decode:
         lines += ["", "Decode paths (µs; change of kdakit vs each):", ""]
@@ -297,6 +384,36 @@ def render_table(result: dict) -> str:
         lines += ["", "Issue 7 performance targets (kdakit Helion):", ""]
         lines += [f"- {'PASS' if ok else 'MISS'} {what}" for what, ok in verdicts]
     return "\n".join(lines)
+
+
+def ratio_table(result: dict) -> list[str]:
+    """Lines of kdakit's time / each arm's with its 95 % interval paired by round and the verdict, for the
+    rows timed in >= 2 rounds (none for a record of one round)."""
+    band = result.get("config", {}).get("band_pct", BenchConfig.band_pct)
+    try:
+        compared = [(row, row.get("kdakit_vs") or kdakit_vs(row, band)) for row in result["rows"]]
+        compared = [(row, vs) for row, vs in compared if vs]
+        if not compared:
+            return []
+        from kdakit import stats
+    except ImportError:  # no scipy where this prints (a bench host): the record keeps the rounds
+        return ["", "kdakit / each arm over the rounds: needs scipy (`kdakit kernels bench-table RAW`)."]
+    lines = [
+        "",
+        f"kdakit / each arm, per-call time paired by round (geometric mean and 95 % CI over the rounds; "
+        f"below 1: kdakit faster; verdict band ±{band:g} %):",
+        "",
+        "| phase | shape | kdakit / | rounds | ratio [95 % CI] | verdict |",
+        "|---|---|---|---:|---|---|",
+    ]
+    for row, vs in compared:
+        for arm, found in vs.items():
+            ci = stats.RatioCI(**found["ci"])
+            lines.append(
+                f"| {row['phase']} | {row['shape_label']} | {arm} | {ci.n} | {stats.fmt_ci(ci)} | "
+                f"{found['verdict']} |"
+            )
+    return lines
 
 
 def _run_bucket(result: dict, size: Callable[[], int]):
@@ -682,11 +799,28 @@ def _arm_entry(status: str, **kw) -> dict:
     return {"status": status, **kw}
 
 
-def run_arms(phase: str, row: dict, arms: dict, missing: dict, observe: Callable, time_arm: Callable) -> None:
-    """Check, then time, every arm of `phase` into row["arms"]. observe(arm, fn) -> ({name: tensor}, {flag:
-    bool}) runs the arm once on the check inputs; the first arm that runs (SGLang's Triton) is the reference
-    the others' relative errors are measured against. time_arm(arm, fn) -> the entry's timing fields. An
-    arm that raises is recorded ("missing" where SGLang's CUDA-JIT toolchain is absent, else "failed")."""
+def _raised(exc: Exception) -> dict:
+    # SGLang's CUDA-JIT toolchain is absent from the extracted kernel tree: not a kernel failure.
+    status = "missing" if type(exc).__name__ == "CudaJitUnavailable" else "failed"
+    return _arm_entry(status, error=f"{type(exc).__name__}: {exc}"[:2000])
+
+
+def run_arms(
+    phase: str,
+    row: dict,
+    arms: dict,
+    missing: dict,
+    observe: Callable,
+    time_arm: Callable,
+    repeats: int = 1,
+    band_pct: float = BenchConfig.band_pct,
+) -> None:
+    """Check every arm of `phase` into row["arms"], then time them in `repeats` rotated rounds (time_rounds)
+    and compare kdakit's with each other arm by round (row["kdakit_vs"], with >= 2 rounds).
+    observe(arm, fn) -> ({name: tensor}, {flag: bool}) runs the arm once on the check inputs; the first arm
+    that runs (SGLang's Triton) is the reference the others' relative errors are measured against.
+    time_arm(arm, fn) -> one round's samples ({"samples_us": [...], ...}). An arm that raises is recorded
+    ("missing" where SGLang's CUDA-JIT toolchain is absent, else "failed")."""
     reference = None
     for arm in ARMS[phase]:
         key = f"{phase}:{arm}"
@@ -694,33 +828,35 @@ def run_arms(phase: str, row: dict, arms: dict, missing: dict, observe: Callable
             if arm not in OPTIONAL_ARMS:
                 row["arms"][arm] = _arm_entry("missing", error=missing.get(key, "not available"))
             continue
-        fn = arms[key]
         try:
-            outputs, flags = observe(arm, fn)
+            outputs, flags = observe(arm, arms[key])
             if reference is None:
                 reference = outputs
                 check = _check(dict.fromkeys(outputs, 0.0), TOLERANCES, {"reference": arm, **flags})
             else:
                 errors = {name: rel_err(out, reference[name]) for name, out in outputs.items()}
                 check = _check(errors, {name: TOLERANCES[name] for name in outputs}, flags)
-            row["arms"][arm] = _arm_entry("ok", check=check, **time_arm(arm, fn))
+            row["arms"][arm] = _arm_entry("ok", check=check)
         except Exception as exc:
-            # SGLang's CUDA-JIT toolchain is absent from the extracted kernel tree: not a kernel failure.
-            status = "missing" if type(exc).__name__ == "CudaJitUnavailable" else "failed"
-            row["arms"][arm] = _arm_entry(status, error=f"{type(exc).__name__}: {exc}"[:2000])
-            if arm == "triton":
-                reference = None
+            row["arms"][arm] = _raised(exc)
+    checked = [arm for arm, entry in row["arms"].items() if entry["status"] == "ok"]
+    rounds, errors = time_rounds(checked, lambda arm: time_arm(arm, arms[f"{phase}:{arm}"]), repeats)
+    for arm in checked:
+        if arm in errors:
+            row["arms"][arm] = _raised(errors[arm])
+        else:
+            row["arms"][arm].update(arm_timing(rounds[arm]))
+    if repeats > 1:
+        try:
+            row["kdakit_vs"] = kdakit_vs(row, band_pct)
+        except ImportError:  # no scipy on the bench host: the table computes it from the rounds later
+            pass
 
 
 def _time_rotating(timer: GraphTimer, calls: list[Callable[[], Any]]) -> dict:
     """Per-call samples of a graph of `calls` (slots rotating) and single-call replays of the first."""
     _warm(calls[0])
-    per_call = timer.per_call(calls)
-    single = timer.single_call(calls[0])
-    return dict(
-        per_call=summarize(per_call), single_call=summarize(single), samples_us=per_call,
-        single_samples_us=single,
-    )  # fmt: skip
+    return dict(samples_us=timer.per_call(calls), single_samples_us=timer.single_call(calls[0]))
 
 
 def bench_decode(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer: GraphTimer, gen) -> dict:
@@ -758,7 +894,7 @@ def bench_decode(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer:
 
         return _time_rotating(timer, [make(i) for i in range(n_calls)])
 
-    run_arms("decode", row, arms, missing, observe, time_arm)
+    run_arms("decode", row, arms, missing, observe, time_arm, cfg.repeats, cfg.band_pct)
     return row
 
 
@@ -813,7 +949,7 @@ def bench_verify(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer:
 
         return _time_rotating(timer, [make(i) for i in range(n_calls)])
 
-    run_arms("verify", row, arms, missing, observe, time_arm)
+    run_arms("verify", row, arms, missing, observe, time_arm, cfg.repeats, cfg.band_pct)
     return row
 
 
@@ -862,13 +998,9 @@ def bench_prefill(cfg: BenchConfig, shape: tuple[int, int], arms: dict, missing:
 
         _warm(call)
         with_restore = timer.per_call([call] * calls)
-        per_call = [s - restore_median for s in with_restore]
-        return dict(
-            per_call=summarize(per_call), single_call=summarize([]), samples_us=per_call,
-            with_restore_us=with_restore,
-        )  # fmt: skip
+        return dict(samples_us=[s - restore_median for s in with_restore], with_restore_us=with_restore)
 
-    run_arms("prefill", row, arms, missing, observe, time_arm)
+    run_arms("prefill", row, arms, missing, observe, time_arm, cfg.repeats, cfg.band_pct)
     return row
 
 
@@ -983,6 +1115,9 @@ def run(
             "single_call": "one call per graph, L2 flushed (256 MiB write) before each timed replay",
             "prefill": "each call preceded by an in-graph restore of the packed qkv, its median subtracted",
             "check": f"relative L2 error vs SGLang Triton before timing; tolerances {TOLERANCES}",
+            "rounds": f"{cfg.repeats} per shape, each timing every arm once, the order rotated by one arm "
+            "per round; per_call/single_call median: over the rounds' medians; kdakit_vs: kdakit / arm, 95 % "
+            f"t interval of the log ratios paired by round, verdict band ±{cfg.band_pct:g} %",
         },
         "environment": env,
         "upstream": info,

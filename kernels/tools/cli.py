@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "bench",
         help="time SGLang's Triton and Helion KDA kernels and kdakit's on one GPU (the PR's table)",
         description="Decode, verify and prefill on one GPU: CUDA-graph per-call medians, L2-cold slot "
-        "rotation, outputs checked against SGLang's Triton, HBM floor from the measured copy bandwidth. "
+        "rotation, arms interleaved in rotated rounds, outputs checked against SGLang's Triton, HBM floor "
+        "from the measured copy bandwidth. "
         "Writes RESULTS_DIR/RUN_ID/HOST/kernels-bench.json and its kdakit.result.v1 record.",
         formatter_class=_DefaultsShown,
     )
@@ -67,6 +68,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     bench.add_argument(
         "--replays", type=int, default=bench_defaults["replays"],
         help=f"timed graph replays per arm (>= {bench_defaults['min_replays']})",
+    )  # fmt: skip
+    bench.add_argument(
+        "--repeats", type=int, default=bench_defaults["repeats"],
+        help="rounds per shape, each timing every arm once in a rotated order; the table shows medians over "
+        "the rounds and, from 2 rounds, kdakit / each arm with a 95 %% CI paired by round",
     )  # fmt: skip
     upstream_help = "SGLang's kernels: installed, or extracted from the pinned wheel (auto: installed if any)"
     bench.add_argument("--upstream", choices=upstream.SOURCES, default="auto", help=upstream_help)
@@ -152,6 +158,7 @@ def config_from_args(args: argparse.Namespace):
         head_dim=_positive(args.head_dim, "head-dim"),
         lower_bound=args.lower_bound,
         replays=_positive(args.replays, "replays", shapes.get("bench", "min_replays")),
+        repeats=_positive(args.repeats, "repeats"),
         seed=args.seed,
         kdakit_configs=getattr(args, "configs", "shipped"),
     )

@@ -128,7 +128,7 @@ def test_every_arm_is_checked_against_the_first_that_runs_then_timed_and_failure
 
     def time_arm(arm, fn):
         timed.append(arm)
-        return {"per_call": bench.summarize([1.0, 2.0, 3.0])}
+        return {"samples_us": [1.0, 2.0, 3.0]}
 
     row = {"arms": {}}
     arms = {f"decode:{a}": object() for a in outputs}
@@ -316,12 +316,15 @@ def test_bench_decode_and_verify_on_gpu(tmp_path):
         pytest.skip(
             f"SGLang's kernels unavailable (kdakit kernels fetch-upstream, KDAKIT_UPSTREAM_DIR): {exc}"
         )
-    cfg = bench.BenchConfig(phases=("decode", "verify"), decode_batches=(2,), verify_batches=(2,), replays=60)
+    cfg = bench.BenchConfig(
+        phases=("decode", "verify"), decode_batches=(2,), verify_batches=(2,), replays=60, repeats=2
+    )
     result = bench.run(cfg)
     assert result["copy_bandwidth"]["bytes_per_s"] > 1e11
     for row in result["rows"]:
         triton = row["arms"]["triton"]
-        assert triton["status"] == "ok" and triton["per_call"]["n"] == 60
+        assert triton["status"] == "ok" and triton["per_call"]["n"] == 120 and len(triton["rounds"]) == 2
+        assert row["kdakit_vs"]["triton"]["ci"]["n"] == 2
         for arm, entry in row["arms"].items():
             if entry["status"] == "ok":
                 assert entry["check"]["ok"], (row["phase"], arm, entry["check"])

@@ -43,6 +43,7 @@ def test_the_commands_defaults_are_the_shapes_file():
         and opts["replays"] == defaults["replays"]
     )
     cfg = bench.BenchConfig()
+    assert opts["repeats"] == cfg.repeats == defaults["repeats"] and cfg.band_pct == defaults["band_pct"]
     assert cfg.prefill_shapes == bench.parse_prefill_shapes(opts["prefill_shapes"])
     assert cfg.pool_bytes == model["pool_slots"] * model["heads"] * model["head_dim"] ** 2 * 4
     tune = _options("autotune")
@@ -87,6 +88,8 @@ def test_no_reader_states_a_value_of_the_shapes_file_again():
         "BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 40, 48)",
         "AUTOTUNE_HEADS ?= 16,8",
         'parser.add_argument("--replays", type=int, default=100)',
+        'bench.add_argument("--repeats", type=int, default=5)',
+        "band_pct: float = 1.0",
     ],
 )
 def test_a_planted_copy_is_found(planted):
