@@ -29,6 +29,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kdakit.evals.gsm8k import add_server_command
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -207,9 +208,17 @@ def summarize_point(
     return summary
 
 
-def _run_client(cmd: list[str], argv: list[str], log: Path, protocol: Protocol) -> bounded.Outcome:
-    log.write_text("$ " + shlex.join(cmd + argv) + "\n")
+def _client_env(tokenizer: str) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")  # progress reaches the stall watchdog as it happens
+    if Path(tokenizer).is_dir():
+        # Everything the client reads is local; without this it asks the Hub for the served model name's
+        # config first (about 25 s of retries per run on a host without internet).
+        env.setdefault("HF_HUB_OFFLINE", "1")
+    return env
+
+
+def _run_client(cmd: list[str], argv: list[str], log: Path, protocol: Protocol, env: dict) -> bounded.Outcome:
+    log.write_text("$ " + shlex.join(cmd + argv) + "\n")
     return bounded.run_bounded(
         cmd + argv, log, stall_s=protocol.request_timeout_s, total_s=protocol.run_timeout_s, env=env
     )
@@ -254,6 +263,7 @@ def run_serving(args: argparse.Namespace) -> int:
     raw = out / stem
     raw.mkdir(parents=True)
     cmd = shlex.split(args.client_cmd) if args.client_cmd else CLIENT
+    env = _client_env(tokenizer)
 
     console = Console(stderr=True)
     columns = (
@@ -312,7 +322,7 @@ def run_serving(args: argparse.Namespace) -> int:
                     num_prompts=point.concurrency, tag=f"kdakit:{stem}:{point.label}:warmup",
                     model=args.model,
                 )  # fmt: skip
-                outcome = _run_client(cmd, argv, folder / "warmup.log", protocol)
+                outcome = _run_client(cmd, argv, folder / "warmup.log", protocol, env)
                 error = limited(outcome, "warm-up")
                 if error is None and not outcome.ok:
                     error = f"warm-up failed (see {point.label}/warmup.log)"
@@ -327,7 +337,7 @@ def run_serving(args: argparse.Namespace) -> int:
                     tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
                 )  # fmt: skip
                 with recorder.window(f"{point.label} run {j}"):
-                    outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol)
+                    outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol, env)
                 error = limited(outcome, f"run {j}")
                 if error:
                     break
@@ -418,14 +428,15 @@ def run_serving(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("bench", help="serving benchmarks against a running server")
-    sub = parser.add_subparsers(dest="bench_name", required=True, metavar="BENCH")
-    s = sub.add_parser(
+    s = add_server_command(
+        subparsers,
+        "bench",
+        "serving benchmarks against a running server",
         "serving",
+        run_serving,
         help="the PR's serving throughput protocol with SGLang's benchmark client",
         description="Exit 0: every point completed; 1: a point failed (recorded as failed, never dropped).",
     )
-    s.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:30000")
     s.add_argument("--protocol", default="pr")
     s.add_argument("--dataset", choices=DATASETS, default=None, help="default: the protocol's (sharegpt)")
     s.add_argument("--dataset-path", default=None, help="ShareGPT JSON (default: $KDAKIT_SHAREGPT)")
@@ -434,5 +445,3 @@ def register(subparsers) -> None:
     s.add_argument("--runs", type=int, default=None, help="override the protocol's runs per point")
     s.add_argument("--protocols", default=None, help="another protocols.toml (custom sweeps, tests)")
     s.add_argument("--client-cmd", default=None, help=argparse.SUPPRESS)  # tests: a stand-in client
-    context.add_record_options(s)
-    s.set_defaults(func=run_serving)
