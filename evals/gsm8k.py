@@ -424,16 +424,31 @@ def run_gsm8k(args: argparse.Namespace) -> int:
     return worst
 
 
+def add_server_command(
+    subparsers, group: str, group_help: str, name: str, func, **parser_kwargs
+) -> argparse.ArgumentParser:
+    """`kdakit GROUP NAME` against a running server (`kdakit eval gsm8k`, `kdakit bench serving`): its parser
+    with --base-url, the record options (kdakit.context) and `func`; the caller adds its own options."""
+    parser = subparsers.add_parser(group, help=group_help)
+    sub = parser.add_subparsers(dest=f"{group}_name", required=True, metavar=group.upper())
+    command = sub.add_parser(name, **parser_kwargs)
+    command.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:30000")
+    context.add_record_options(command)
+    command.set_defaults(func=func)
+    return command
+
+
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("eval", help="accuracy evaluations against a running server")
-    sub = parser.add_subparsers(dest="eval_name", required=True, metavar="EVAL")
-    g = sub.add_parser(
+    g = add_server_command(
+        subparsers,
+        "eval",
+        "accuracy evaluations against a running server",
         "gsm8k",
+        run_gsm8k,
         help="GSM8K with SGLang's run_eval or lm-eval (offline) against an OpenAI-compatible server",
         description="Exit 0: every run passed the threshold; 1: a run failed it; 3: the tool failed, or the "
         "server hung past the protocol's limits (the record says which; its log is kept).",
     )
-    g.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:30000")
     g.add_argument(
         "--protocol",
         default="pr",
@@ -446,5 +461,3 @@ def register(subparsers) -> None:
     )
     g.add_argument("--threshold", type=float, default=None, help="override the protocol's pass threshold")
     g.add_argument("--protocols", default=None, help="another protocols.toml (custom runs, tests)")
-    context.add_record_options(g)
-    g.set_defaults(func=run_gsm8k)

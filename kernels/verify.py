@@ -31,8 +31,12 @@ import functools
 import helion
 import helion.language as hl
 import torch
-from kdakit.kernels import tuned
-from kdakit.kernels.decode import _check_runnable_device, _is_power_of_two
+from kdakit.kernels.decode import (
+    _check_runnable_device,
+    _is_power_of_two,
+    select_config,
+    set_explicit_config,
+)
 
 _LOG2E = 1.4426950408889634
 
@@ -212,19 +216,7 @@ _EXPLICIT: set[str] = set()
 
 def set_verify_config(mode: str, config: helion.Config) -> None:
     """Run `config` for "chain" or "tree" verification at every shape, over any tuned one."""
-    if mode not in VERIFY_CONFIGS:
-        raise KeyError(f"unknown verify mode {mode!r}; known: {sorted(VERIFY_CONFIGS)}")
-    VERIFY_CONFIGS[mode] = config
-    _EXPLICIT.add(mode)
-
-
-def _config_for(mode: str, pool: torch.Tensor, N: int, H: int, HV: int, K: int, V: int) -> helion.Config:
-    kernel = f"verify-{mode}"
-    bucket = tuned.Bucket(H, HV, K, V, tuned.dtype_name(pool.dtype), tuned.batch_bucket(max(N, 1)))
-    if mode in _EXPLICIT:
-        tuned.note_explicit(kernel, bucket, VERIFY_CONFIGS[mode])
-        return VERIFY_CONFIGS[mode]
-    return tuned.select(kernel, bucket, VERIFY_CONFIGS[mode], pool.device)
+    set_explicit_config(VERIFY_CONFIGS, _EXPLICIT, mode, config)
 
 
 def kernel_args(
@@ -328,7 +320,8 @@ def helion_kda_verify(
 
     out = _new_output(v)
     mode = "chain" if retrieve_parent_token is None else "tree"
-    kernel = make_verify_kernel(_config_for(mode, ssm_states, N, H, HV, K, V))
+    config = select_config(f"verify-{mode}", VERIFY_CONFIGS, mode, _EXPLICIT, ssm_states, N, H, HV, K, V)
+    kernel = make_verify_kernel(config)
     kernel(
         *kernel_args(
             q, k, v, a, b, A_log, dt_bias, ssm_states, cache_indices, query_start_loc,

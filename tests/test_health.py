@@ -50,26 +50,15 @@ def test_verdict_single_rank_has_no_bandwidth_claim():
     assert ok and "world size 1" in text
 
 
+def _gloo_sweep(world_size: int, sizes: str, iters: int, warmup: int, *options: str) -> int:
+    """`kdakit health allreduce` over `world_size` CPU processes (gloo); its exit code."""
+    argv = ["health", "allreduce", "--backend", "gloo", "--world-size", str(world_size), "--sizes", sizes]
+    return cli.main([*argv, "--iters", str(iters), "--warmup", str(warmup), *options])
+
+
 def test_gloo_sweep_three_processes(tmp_path, capsys):
     out = tmp_path / "allreduce.json"
-    rc = cli.main(
-        [
-            "health",
-            "allreduce",
-            "--backend",
-            "gloo",
-            "--world-size",
-            "3",
-            "--sizes",
-            "4K,256K",
-            "--iters",
-            "3",
-            "--warmup",
-            "1",
-            "--json",
-            str(out),
-        ]
-    )
+    rc = _gloo_sweep(3, "4K,256K", 3, 1, "--json", str(out))
     assert rc == 0
     data = json.loads(out.read_text())
     assert data["world_size"] == 3 and data["pass"] is True
@@ -80,25 +69,7 @@ def test_gloo_sweep_three_processes(tmp_path, capsys):
 
 
 def test_gloo_threshold_failure_exit_code(tmp_path):
-    rc = cli.main(
-        [
-            "health",
-            "allreduce",
-            "--backend",
-            "gloo",
-            "--world-size",
-            "2",
-            "--sizes",
-            "4K",
-            "--iters",
-            "2",
-            "--warmup",
-            "0",
-            "--min-busbw",
-            "1e9",
-        ]
-    )
-    assert rc == 1
+    assert _gloo_sweep(2, "4K", 2, 0, "--min-busbw", "1e9") == 1
 
 
 @pytest.mark.gpu
