@@ -1,7 +1,8 @@
 # Evaluation, serving benchmark and report targets against a server you already run (included by the root
 # Makefile). The cluster-wide `eval-gsm8k` / `bench` targets (playbooks/) run these same commands on each host.
 
-BASE_URL ?= http://127.0.0.1:30000
+# The server's port is the launch profile's [deploy] port (defined there only), read when BASE_URL is used.
+BASE_URL ?= http://127.0.0.1:$(shell $(PYTHON) -c 'from kdakit import profiles; print(profiles.load("$(SKU)", "$(ARM)").deploy["port"])')
 PROTOCOL ?= pr
 RESULTS ?= results
 RUN_ID ?=
@@ -13,7 +14,7 @@ BENCH_ARGS ?=
 
 .PHONY: eval-gsm8k-local bench-local report
 
-eval-gsm8k-local: setup ## GSM8K (offline) against BASE_URL: pr = SGLang's run_eval, lm-eval, full. Vars: BASE_URL=http://127.0.0.1:30000 PROTOCOL=pr|lm-eval|full RUN_ID= EVAL_ARGS="--runs 1 --limit 20"
+eval-gsm8k-local: setup ## GSM8K (offline) against BASE_URL: pr = SGLang's run_eval, lm-eval, full. Vars: BASE_URL=http://127.0.0.1:<profile port> PROTOCOL=pr|lm-eval|full RUN_ID= EVAL_ARGS="--runs 1 --limit 20"
 	$(KDAKIT) eval gsm8k --base-url $(BASE_URL) --protocol $(PROTOCOL) \
 	  $(if $(RUN_ID),--run-id $(RUN_ID)) $(EVAL_ARGS)
 

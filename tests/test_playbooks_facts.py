@@ -20,8 +20,12 @@ PLAYBOOKS = REPO / "playbooks"
 PROFILE = REPO / "kdakit" / "profiles" / "glm-5.3-flash.toml"
 BIN = Path(sys.executable).parent
 # Where the port could be copied: the kit's code and data, the playbooks and the Make targets we own.
-SCANNED = [*(REPO / "kdakit").rglob("*.py"), *(REPO / "kdakit").rglob("*.toml"), *PLAYBOOKS.rglob("*.yml"),
-           *PLAYBOOKS.rglob("*.mk"), *(REPO / "images").rglob("*.mk"), REPO / "Makefile"]  # fmt: skip
+AREAS = ("kdakit", "evals", "bench", "kernels", "images", "playbooks")
+EXTENSIONS = ("py", "toml", "yml", "mk")
+SCANNED = [
+    *(path for area in AREAS for ext in EXTENSIONS for path in (REPO / area).rglob(f"*.{ext}")),
+    REPO / "Makefile",
+]
 
 
 def profile_port() -> int:
