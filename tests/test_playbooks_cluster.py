@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kdakit.report import load_published
 from tests.infra import bench_client_image, dockerd, fake_server_image, images, sshhosts
 
 _spec = importlib.util.spec_from_file_location(
@@ -142,8 +143,9 @@ def cluster(tarballs, tmp_path_factory):
             "kdakit_server_shm_size": "64M",
             "kdakit_hf_token": SECRET,
             "kdakit_bench_dataset": "random",
-            # 20 questions (pr: SGLang's run_eval, test rows 5-24), 2 answered wrong (error rate 0.1): 0.9.
-            "kdakit_gsm8k_args": ["--limit", "20", "--runs", "1", "--threshold", "0.85"],
+            # The whole pr protocol (SGLang's run_eval, test rows 5-104, two runs), 10 of 100 answered wrong
+            # (error rate 0.1): 0.9 a run, set beside the published H200 helion runs in the report.
+            "kdakit_gsm8k_args": ["--threshold", "0.85"],
             "kdakit_bench_protocol": "smoke",
             "kdakit_bench_args": ["--protocols", "/config/bench-protocols.toml"],
             "kdakit_bench_volumes": [f"{protocols}:/config/bench-protocols.toml:ro"],
@@ -213,7 +215,9 @@ def test_full_flow_and_faults(cluster):
     deploy = make(cluster, "deploy-h200", f"RUN_ID={run_id}", "ARM=helion")
     assert deploy.returncode != 0, "h3 has 2 GPUs: the deploy must report a failure"
     r = recap(deploy)
-    assert r["h1"]["failed"] == 0 and r["h2"]["failed"] == 0, "\n".join(summary_lines(deploy))
+    assert r["h1"]["failed"] == 0 and r["h2"]["failed"] == 0, "\n".join(
+        summary_lines(deploy) + [_engine_log_tail(h) for h in cluster["hosts"][:2]]
+    )
     assert r["h3"]["failed"] == 1
     lines = summary_lines(deploy)
     assert "h1: deploy ok" in lines and "h2: deploy ok" in lines, lines
@@ -263,7 +267,8 @@ def test_full_flow_and_faults(cluster):
         by_kind = {json.loads(p.read_text())["kind"]: json.loads(p.read_text()) for p in records}
         assert sorted(by_kind) == ["gsm8k", "serving"], records
         gsm8k_metrics = by_kind["gsm8k"]["metrics"]
-        assert gsm8k_metrics["n_questions"] == 20 and gsm8k_metrics["accuracy_numeric"] == pytest.approx(0.9)
+        assert gsm8k_metrics["n_questions"] == 100 and gsm8k_metrics["accuracy_numeric"] == pytest.approx(0.9)
+        assert not gsm8k_metrics.get("limited")
         assert by_kind["gsm8k"]["host"] == name and by_kind["gsm8k"]["run_id"] == run_id
         assert "kdakit-fake-openai listening" in (host_dir / "diag" / "kdakit-sglang.log").read_text()
         inspect = json.loads((host_dir / "diag" / "kdakit-sglang.inspect.json").read_text())
@@ -290,7 +295,14 @@ def test_full_flow_and_faults(cluster):
     )  # fmt: skip
     assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
     text = (report_dir / "report.md").read_text()
-    assert "h1" in text and "h2" in text
+    # The playbook path's records (SKU from group_vars) meet the published runs of protocol, GPU and arm.
+    (pub,) = [p for p in load_published()["gsm8k"] if p["protocol"] == "pr" and p["arm"] == "helion"]
+    mean = sum(pub["runs"]) / len(pub["runs"])
+    for name in ("h1", "h2"):
+        rows = [line for line in text.splitlines() if line.startswith(f"| {name} | H200 | helion | pr |")]
+        assert len(rows) == 2, text  # one per run
+        for row in rows:
+            assert f"| {mean:.4f} ({pub['source']}) | {(0.9 - mean) * 100:+.2f} |" in row, row
 
     # Fault: h2's server container exits at start; h1 deploys normally in the same run.
     fault_id = "ci-fault"
@@ -310,6 +322,12 @@ def test_full_flow_and_faults(cluster):
     assert "failing at start as asked" in log, log
     assert "failing at start as asked" in h2  # the summary names the container's last log line
     make(cluster, "teardown", f"RUN_ID={fault_id}", "ARM=triton")
+
+
+def _engine_log_tail(host) -> str:
+    """The end of a test host's dockerd log (why a load or a container start failed there)."""
+    text = host.engine.log_path.read_text(errors="replace") if host.engine is not None else ""
+    return f"--- {host.name} dockerd log, last lines:\n" + "\n".join(text.splitlines()[-15:])
 
 
 def _fault_vars(cluster) -> Path:
