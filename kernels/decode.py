@@ -148,35 +148,12 @@ _EXPLICIT: set[str] = set()
 
 def set_decode_config(name: str, config: helion.Config) -> None:
     """Run `config` for "fp32" (also fp16 pools) or "bf16" state at every shape, over any tuned one."""
-    set_explicit_config(DECODE_CONFIGS, _EXPLICIT, name, config)
-
-
-def set_explicit_config(
-    configs: dict[str, helion.Config], explicit: set[str], name: str, config: helion.Config
-) -> None:
-    """`configs[name] = config`, marked in `explicit` as set by the caller (decode's and verify's setters)."""
-    if name not in configs:
-        raise KeyError(f"unknown config {name!r}; known: {sorted(configs)}")
-    configs[name] = config
-    explicit.add(name)
-
-
-def select_config(
-    kernel: str, configs: dict[str, helion.Config], name: str, explicit: set[str],
-    state: torch.Tensor, batch: int, H: int, HV: int, K: int, V: int,
-) -> helion.Config:  # fmt: skip
-    """The config `kernel` runs for this state pool and shape: `configs[name]` when the caller set it
-    (`explicit`), else the tuned one shipped for the GPU's SKU and shape bucket, else `configs[name]`."""
-    bucket = tuned.Bucket(H, HV, K, V, tuned.dtype_name(state.dtype), tuned.batch_bucket(max(batch, 1)))
-    if name in explicit:
-        tuned.note_explicit(kernel, bucket, configs[name])
-        return configs[name]
-    return tuned.select(kernel, bucket, configs[name], state.device)
+    tuned.set_explicit_config(DECODE_CONFIGS, _EXPLICIT, name, config)
 
 
 def _config_for(state: torch.Tensor, B: int, H: int, HV: int, K: int, V: int) -> helion.Config:
     name = "bf16" if state.dtype == torch.bfloat16 else "fp32"
-    return select_config("decode", DECODE_CONFIGS, name, _EXPLICIT, state, B, H, HV, K, V)
+    return tuned.select_config("decode", DECODE_CONFIGS, name, _EXPLICIT, state, B, H, HV, K, V)
 
 
 def _is_power_of_two(n: int) -> bool:

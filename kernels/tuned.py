@@ -605,6 +605,27 @@ def note_explicit(kernel: str, bucket: Bucket, config) -> None:
     _active[(mode(), kernel, bucket)] = Selection("explicit", None, "set by set_*_config")
 
 
+def set_explicit_config(configs: dict[str, Any], explicit: set[str], name: str, config) -> None:
+    """`configs[name] = config`, marked in `explicit` as set by the caller (decode's and verify's setters)."""
+    if name not in configs:
+        raise KeyError(f"unknown config {name!r}; known: {sorted(configs)}")
+    configs[name] = config
+    explicit.add(name)
+
+
+def select_config(
+    kernel: str, configs: dict[str, Any], name: str, explicit: set[str],
+    state, batch: int, H: int, HV: int, K: int, V: int,
+):  # fmt: skip
+    """The config `kernel` runs for this state pool and shape: `configs[name]` when the caller set it
+    (`explicit`), else the tuned one shipped for the GPU's SKU and shape bucket, else `configs[name]`."""
+    bucket = Bucket(H, HV, K, V, dtype_name(state.dtype), batch_bucket(max(batch, 1)))
+    if name in explicit:
+        note_explicit(kernel, bucket, configs[name])
+        return configs[name]
+    return select(kernel, bucket, configs[name], state.device)
+
+
 def active() -> list[dict]:
     """What each (mode, kernel, bucket) used so far in this process: for bench records and debugging."""
     return [

@@ -31,12 +31,8 @@ import functools
 import helion
 import helion.language as hl
 import torch
-from kdakit.kernels.decode import (
-    _check_runnable_device,
-    _is_power_of_two,
-    select_config,
-    set_explicit_config,
-)
+from kdakit.kernels import tuned
+from kdakit.kernels.decode import _check_runnable_device, _is_power_of_two
 
 _LOG2E = 1.4426950408889634
 
@@ -216,7 +212,7 @@ _EXPLICIT: set[str] = set()
 
 def set_verify_config(mode: str, config: helion.Config) -> None:
     """Run `config` for "chain" or "tree" verification at every shape, over any tuned one."""
-    set_explicit_config(VERIFY_CONFIGS, _EXPLICIT, mode, config)
+    tuned.set_explicit_config(VERIFY_CONFIGS, _EXPLICIT, mode, config)
 
 
 def kernel_args(
@@ -320,7 +316,8 @@ def helion_kda_verify(
 
     out = _new_output(v)
     mode = "chain" if retrieve_parent_token is None else "tree"
-    config = select_config(f"verify-{mode}", VERIFY_CONFIGS, mode, _EXPLICIT, ssm_states, N, H, HV, K, V)
+    kernel_name = f"verify-{mode}"
+    config = tuned.select_config(kernel_name, VERIFY_CONFIGS, mode, _EXPLICIT, ssm_states, N, H, HV, K, V)
     kernel = make_verify_kernel(config)
     kernel(
         *kernel_args(
