@@ -20,7 +20,7 @@ SKU ?= h200
 ARM ?= helion
 SET ?=
 PYTEST_ARGS ?=
-# Most of the suite waits on subprocesses (dockerd, sshd, clients): two workers even on two cores.
+# Workers of `make test` (pytest-xdist): much of the suite waits on dockerd, sshd and clients.
 TEST_WORKERS ?= auto
 
 .PHONY: help setup test test-gpu lint pins pins-check plan sglang-args reproduce clean
@@ -41,8 +41,8 @@ $(VENV)/.setup-done: pyproject.toml pins.toml Makefile
 	$(PY) -m pip install -q --no-deps $(WHEELS)/sglang-$(SGLANG_VERSION)-*.whl
 	touch $@
 
-test: setup ## Run the CPU test suite (everything not marked gpu), one test file per worker. Vars: TEST_WORKERS=auto (1: serial) PYTEST_ARGS=
-	$(PY) -m pytest -m "not gpu" $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+test: setup ## Run the CPU test suite (everything not marked gpu), a test file per worker at a time. Vars: TEST_WORKERS=auto (1: serial) PYTEST_ARGS=
+	$(PY) -m pytest -m "not gpu" $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope) $(PYTEST_ARGS)
 
 test-gpu: setup ## Run the GPU tests (needs an NVIDIA GPU). Vars: PYTEST_ARGS=
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)

@@ -5,6 +5,7 @@ GPU tests are deselected on CPU machines with -m "not gpu" and are not affected.
 """
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -18,3 +19,37 @@ def pytest_runtest_makereport(item, call):
     if STRICT and report.skipped and "gpu" not in item.keywords and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped, but CI must run every non-GPU test: {report.longrepr}"
+
+
+# pytest-xdist, as `make test` runs it (--dist loadscope): one work unit per test file, except the files that
+# start Docker engines, which are one unit, run first (they are the longest) and one after the other (side by
+# side their engines' GBs of images outgrow a CI machine's disk).
+TESTS = Path(__file__).parent
+DOCKER_FILES = {
+    str(path.relative_to(TESTS.parent))
+    for path in TESTS.rglob("test_*.py")
+    if "pytest.mark.docker" in path.read_text()
+}
+
+
+def _scope(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return "docker" if path in DOCKER_FILES else path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadscope":
+        return None  # another --dist: xdist's own scheduler
+    from xdist.scheduler import LoadScopeScheduling
+
+    class DockerFilesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    config.option.loadscopereorder = False  # keep the collection order: the Docker unit first
+    return DockerFilesTogether(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # an xdist worker: its order is the scheduler's queue
+        items.sort(key=lambda item: _scope(item.nodeid) != "docker")

@@ -303,12 +303,13 @@ def standin_base(engine: dockerd.Dockerd) -> str:
     """The stand-in base with the pinned stack; returns its tag. Cached by content."""
     p = _pins()["packages"]
     base = debian_base(engine)
-    torch_wheels = wheelhouse((f"torch=={p['torch']}",), (f"triton=={p['triton']}", f"sglang=={p['sglang']}"))
-    deps_wheels = wheelhouse(SGLANG_IMPORT_DEPS)
     args = {"DEBIAN_BASE": base, "TORCH_VERSION": p["torch"], "TRITON_VERSION": p["triton"],
             "SGLANG_VERSION": p["sglang"], "SGLANG_IMPORT_DEPS": " ".join(SGLANG_IMPORT_DEPS)}  # fmt: skip
     tag = f"kdakit-ci/standin:{_key(STANDIN_DOCKERFILE.read_text(), args)}"
-    if engine.image_id(tag) is None:
+    if engine.image_id(tag) is None:  # only a build needs the wheelhouses (3 GB of wheels on the disk)
+        no_deps = (f"triton=={p['triton']}", f"sglang=={p['sglang']}")
+        torch_wheels = wheelhouse((f"torch=={p['torch']}",), no_deps)
+        deps_wheels = wheelhouse(SGLANG_IMPORT_DEPS)
         _build(engine, STANDIN_DOCKERFILE, _standin_context(torch_wheels, deps_wheels), tag, args)
         # BuildKit keeps a copy of the sent context (GBs of wheels); the tag is the cache from now on.
         engine.cli("builder", "prune", "--force", "--filter", "type=source.local", check=False)
@@ -406,12 +407,17 @@ def kdakit_image(
     return build
 
 
-def image_tarball(engine: dockerd.Dockerd, ref: str) -> Path:
-    """`make image-save` of ref into the cache (named by image ID); returns the .tar.zst path."""
+def tarball_path(engine: dockerd.Dockerd, ref: str) -> Path:
+    """Where image_tarball saves ref (named by image ID)."""
     image_id = engine.image_id(ref)
     if image_id is None:
         raise RuntimeError(f"no image {ref} in the engine at {engine.root}")
-    out = CACHE / "tarballs" / f"{image_id.split(':')[-1][:16]}.tar.zst"
+    return CACHE / "tarballs" / f"{image_id.split(':')[-1][:16]}.tar.zst"
+
+
+def image_tarball(engine: dockerd.Dockerd, ref: str) -> Path:
+    """`make image-save` of ref into the cache; returns the .tar.zst path."""
+    out = tarball_path(engine, ref)
     with _locked(out):
         if not (out.exists() and Path(f"{out}.sha256").exists() and Path(f"{out}.id").exists()):
             proc = make("image-save", engine, IMAGE=ref, FILE=str(out))

@@ -269,9 +269,12 @@ def up(
     specs: list[tuple[str, int, str]],
     *,
     engine_root: Path | None = None,
+    engine_data: dict[str, Path] | None = None,
     driver: str = "580.95.05",
 ) -> list[TestHost]:
-    """Start one host per (name, gpu count, gpu model); with engine_root, a dockerd per host under it."""
+    """Start one host per (name, gpu count, gpu model); with engine_root, a dockerd per host under it, or for
+    a host named in engine_data on that existing data root when it is free (a host that already holds the
+    images there: the image-building engine's root saves a load of GBs)."""
     reason = unavailable_reason()
     if reason:
         raise HostError(reason)
@@ -325,7 +328,8 @@ def up(
             run_claim.record("pidfiles", str(host.sshd_pidfile))
             start_sshd(host)
             if engine_root is not None:
-                host.engine = _start_engine_slot(Path(engine_root), name, host.netns, run_claim)
+                data_root = (engine_data or {}).get(name)
+                host.engine = _start_engine(Path(engine_root), data_root, name, host.netns, run_claim)
         deadline = time.monotonic() + 20
         for host in hosts:
             while not _port_open(host.address, 22):
@@ -355,6 +359,20 @@ def stop_sshd(host: TestHost) -> None:
     deadline = time.monotonic() + 10
     while _port_open(host.address, 22) and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+def _start_engine(
+    engine_root: Path, data_root: Path | None, name: str, netns: str, run_claim: Claim
+) -> dockerd.Dockerd:
+    if data_root is not None:
+        try:
+            engine = dockerd.start(data_root, netns=netns, lock_timeout=0)
+        except dockerd.DockerdBusy:
+            pass  # another run builds there now: this host gets a slot of its own (and loads its images)
+        else:
+            run_claim.record("engines", str(engine.root))
+            return engine
+    return _start_engine_slot(engine_root, name, netns, run_claim)
 
 
 def _start_engine_slot(engine_root: Path, name: str, netns: str, run_claim: Claim) -> dockerd.Dockerd:
