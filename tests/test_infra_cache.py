@@ -53,3 +53,18 @@ def test_nothing_goes_when_within_budget(tmp_path, monkeypatch):
     images.prune_cache(budget=10**9, log=io.StringIO())
     assert (tmp_path / "playbook-hosts" / "h1" / "data" / "layer").exists()
     assert (tmp_path / "wheelhouse" / "w1" / ".complete").exists()
+
+
+def test_an_image_another_process_used_within_the_hour_counts_as_recent(tmp_path, monkeypatch):
+    # xdist workers and concurrent runs each keep their own _USED_IMAGES: the use stamp is what they share.
+    monkeypatch.setattr(images, "CACHE", tmp_path)
+    monkeypatch.setattr(images, "_USED_IMAGES", set())
+    assert not images.used_recently("kdakit-ci/standin:abc")
+    images.used_image("kdakit-ci/standin:abc")
+    images._USED_IMAGES.clear()  # as another process sees it
+    assert images.used_recently("kdakit-ci/standin:abc")
+    assert not images.used_recently("kdakit-ci/standin:other")
+    stamp = next((tmp_path / "image-uses").iterdir())
+    old = time.time() - images.RECENT_S - 60
+    os.utime(stamp, (old, old))
+    assert not images.used_recently("kdakit-ci/standin:abc")

@@ -79,9 +79,25 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def used_image(tag: str) -> str:
-    """Note that this run uses tag on the image-building engine (prune_cache keeps it); returns tag."""
+    """Note that this run uses tag on the image-building engine (prune_cache keeps it, in any process on
+    this machine for RECENT_S); returns tag."""
     _USED_IMAGES.add(tag)
+    stamp = _image_use_stamp(tag)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(f"{tag}\n")
     return tag
+
+
+def _image_use_stamp(tag: str) -> Path:
+    return CACHE / "image-uses" / _key(tag)
+
+
+def used_recently(tag: str) -> bool:
+    """Whether some run on this machine used tag in the last RECENT_S (another xdist worker, another run)."""
+    try:
+        return time.time() - _image_use_stamp(tag).stat().st_mtime < RECENT_S
+    except OSError:
+        return False
 
 
 def start_engine(root: Path = ENGINE_ROOT) -> dockerd.Dockerd:
@@ -121,8 +137,8 @@ def prune_cache(budget: int | None = None, log=None) -> int:
     log = log or sys.__stderr__  # at exit pytest's captured stderr is closed already
     for tarball in (CACHE / "tarballs").glob("*.tar.zst"):
         if _stale(tarball, tarball):
-            for path in (tarball, Path(f"{tarball}.sha256"), Path(f"{tarball}.id"), Path(f"{tarball}.lock")):
-                path.unlink(missing_ok=True)
+            for suffix in ("", ".sha256", ".id", ".source", ".lock"):
+                Path(f"{tarball}{suffix}").unlink(missing_ok=True)
     for folder in (CACHE / "wheelhouse").glob("*"):
         if folder.is_dir() and _stale(folder, folder / ".complete"):
             shutil.rmtree(folder, ignore_errors=True)
@@ -142,7 +158,7 @@ def prune_cache(budget: int | None = None, log=None) -> int:
                 if (root / "lock").exists() and dockerd.remove_if_unused(root):
                     print(f"kdakit CI cache: removed the idle test-host engine {root}", file=log)
     # Images cost a rebuild (minutes), so they go last, and never one that another run on this machine
-    # built in the last hour.
+    # built or used in the last hour.
     if _USED_IMAGES and (ENGINE_ROOT / "data").exists() and cache_size() > budget:
         try:
             engine = dockerd.start(ENGINE_ROOT, lock_timeout=0)
@@ -159,7 +175,7 @@ def prune_cache(budget: int | None = None, log=None) -> int:
                         stamp = time.mktime(time.strptime(created[:19], "%Y-%m-%d %H:%M:%S"))
                     except ValueError:
                         stamp = 0.0
-                    recent = time.time() - stamp < RECENT_S
+                    recent = time.time() - stamp < RECENT_S or used_recently(ref)
                     if ref not in _USED_IMAGES and not ref.endswith(":<none>") and not recent:
                         engine.cli("rmi", ref, check=False)
                 engine.cli("image", "prune", "--force", check=False)
