@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -67,6 +68,7 @@ def test_a_dead_runs_namespace_is_swept_by_the_next_run(claims_dir):
 import os, sys
 sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
+from types import SimpleNamespace
 from tests.infra import sshhosts
 sshhosts.CLAIMS = Path({str(claims_dir)!r})
 c = sshhosts.claim()
@@ -90,3 +92,24 @@ os._exit(0)  # dies holding its hosts: no down()
             live.release()
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+class _Engine:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("root_name", "removed"), [("h1-2", True), ("h1", False), ("engine", False)])
+def test_down_removes_only_a_spare_engine_slot(tmp_path, root_name, removed):
+    # h1's own slot keeps its images for the next run; a data root shared with it (the image-building
+    # engine's, `engine_data`) is not the host's to delete; a spare slot would only fill the cache.
+    root = tmp_path / root_name
+    (root / "data").mkdir(parents=True)
+    claim = SimpleNamespace(token=f"t{os.getpid()}", block=ipaddress.ip_network("10.255.255.0/24"))
+    host = sshhosts.TestHost("h1", 1, tmp_path / "host", 4, "NVIDIA H200", claim, _Engine(root))
+    sshhosts._down_one(host)
+    assert host.engine is None
+    assert (root / "data").exists() is not removed

@@ -19,6 +19,7 @@ import ipaddress
 import json
 import os
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -413,7 +414,8 @@ def _kill_pidfile(pidfile: Path) -> None:
 def _down_one(host: TestHost) -> None:
     if host.engine is not None:
         host.engine.stop()
-        if host.engine.root.name != host.name:  # a spare slot: its loaded images would only fill the cache
+        if re.fullmatch(rf"{re.escape(host.name)}-\d+", host.engine.root.name):
+            # a spare slot (_start_engine_slot): its loaded images would only fill the cache
             shutil.rmtree(host.engine.root, ignore_errors=True)
         host.engine = None
     _kill_pidfile(host.sshd_pidfile)
