@@ -20,8 +20,9 @@ SKU ?= h200
 ARM ?= helion
 SET ?=
 PYTEST_ARGS ?=
-# Workers of `make test` (pytest-xdist): much of the suite waits on dockerd, sshd and clients.
-TEST_WORKERS ?= auto
+# Workers of `make test` (pytest-xdist): the CPU count, at most 4 (each imports torch; much of the suite
+# waits on dockerd, sshd and clients, so two cores already gain).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
 .PHONY: help setup test test-gpu lint pins pins-check plan sglang-args reproduce clean
 REBUILD ?=
@@ -41,7 +42,7 @@ $(VENV)/.setup-done: pyproject.toml pins.toml Makefile
 	$(PY) -m pip install -q --no-deps $(WHEELS)/sglang-$(SGLANG_VERSION)-*.whl
 	touch $@
 
-test: setup ## Run the CPU test suite (everything not marked gpu), a test file per worker at a time. Vars: TEST_WORKERS=auto (1: serial) PYTEST_ARGS=
+test: setup ## Run the CPU test suite (everything not marked gpu), a test file per worker at a time. Vars: TEST_WORKERS=<CPUs, at most 4> (1: serial) PYTEST_ARGS=
 	$(PY) -m pytest -m "not gpu" $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope) $(PYTEST_ARGS)
 
 test-gpu: setup ## Run the GPU tests (needs an NVIDIA GPU). Vars: PYTEST_ARGS=
