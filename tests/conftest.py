@@ -5,6 +5,7 @@ GPU tests are deselected on CPU machines with -m "not gpu" and are not affected.
 """
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,21 @@ def pytest_xdist_make_scheduler(config, log):
 def pytest_collection_modifyitems(config, items):
     if hasattr(config, "workerinput"):  # an xdist worker: its order is the scheduler's queue
         items.sort(key=lambda item: _scope(item.nodeid) != "docker")
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):
+        from tests.infra import images
+
+        images.SESSION_START = time.time()
+
+
+def pytest_sessionfinish(session):
+    # Here rather than at each process's exit: xdist workers end without running atexit handlers, and the
+    # controller sees, after all of them, what the whole session used (images.SESSION_START).
+    if hasattr(session.config, "workerinput"):
+        return
+    from tests.infra import images
+
+    if images.session_used_cache():
+        images.prune_cache()

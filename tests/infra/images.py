@@ -16,7 +16,6 @@ works from nothing.
 
 from __future__ import annotations
 
-import atexit
 import fcntl
 import hashlib
 import json
@@ -37,8 +36,10 @@ CACHE_BUDGET = int(float(os.environ.get("KDAKIT_CI_CACHE_GB", "15")) * 1e9)
 # Another run's entries younger than this are kept by prune_cache (that run may still use them).
 RECENT_S = 3600
 _USED: set[Path] = set()  # cache entries (wheelhouses, tarballs) this process used
+# When the test session began: entries stamped since then are this session's, whichever xdist worker used
+# them (prune_cache runs in the controller, after the workers).
+SESSION_START: float | None = None
 _USED_IMAGES: set[str] = set()  # image tags this process built or reused on the image-building engine
-_prune_registered = False
 ENGINE_ROOT = CACHE / "engine"  # the image-building engine; its data root is the layer cache
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = os.environ.get("KDAKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -101,10 +102,6 @@ def used_recently(tag: str) -> bool:
 
 
 def start_engine(root: Path = ENGINE_ROOT) -> dockerd.Dockerd:
-    global _prune_registered
-    if not _prune_registered:
-        atexit.register(prune_cache)  # once per process that uses the cache
-        _prune_registered = True
     return dockerd.start(root)
 
 
@@ -123,18 +120,37 @@ def _mark_used(entry: Path, stamp: Path) -> None:
 def _stale(entry: Path, stamp: Path) -> bool:
     """Not used by this run, and not recently by another one."""
     try:
-        return entry not in _USED and time.time() - stamp.stat().st_mtime > RECENT_S
+        return not _ours(entry, stamp) and time.time() - stamp.stat().st_mtime > RECENT_S
     except OSError:
         return True
+
+
+def session_used_cache() -> bool:
+    """Whether this process or this session (any xdist worker) used the cache: an image-use stamp since
+    SESSION_START (every Docker test notes the images it uses)."""
+    if _USED or _USED_IMAGES:
+        return True
+    if SESSION_START is None:
+        return False
+    stamps = (CACHE / "image-uses").glob("*")
+    return any(stamp.stat().st_mtime >= SESSION_START for stamp in stamps if stamp.is_file())
+
+
+def _ours(entry: Path, stamp: Path) -> bool:
+    """Used by this process, or by this session (another of its xdist workers)."""
+    try:
+        return entry in _USED or (SESSION_START is not None and stamp.stat().st_mtime >= SESSION_START)
+    except OSError:
+        return entry in _USED
 
 
 def prune_cache(budget: int | None = None, log=None) -> int:
     """Keep the cache within budget (default CACHE_BUDGET): drop tarballs and wheelhouses no run uses now and
     pool wheels no wheelhouse links to; when still over budget, the image-building engine's images that no run
-    used in the last hour and BuildKit cache beyond 2 GB. Runs at the end of each test process that used the
-    cache; returns the size left."""
+    used in the last hour and BuildKit cache beyond 2 GB. Runs at the end of a test session that used the
+    cache (tests/conftest.py: in xdist's controller, after its workers); returns the size left."""
     budget = CACHE_BUDGET if budget is None else budget
-    log = log or sys.__stderr__  # at exit pytest's captured stderr is closed already
+    log = log or sys.__stderr__  # past pytest's capture
     for tarball in (CACHE / "tarballs").glob("*.tar.zst"):
         if _stale(tarball, tarball):
             for suffix in ("", ".sha256", ".id", ".source", ".lock"):
@@ -150,7 +166,8 @@ def prune_cache(budget: int | None = None, log=None) -> int:
     if cache_size() > budget:
         for name in ("wheelhouse", "standin-context"):
             for entry in (CACHE / name).glob("*"):
-                if entry.is_dir() and (entry in _USED or _stale(entry, entry / ".complete")):
+                stamp = entry / ".complete"
+                if entry.is_dir() and (_ours(entry, stamp) or _stale(entry, stamp)):
                     shutil.rmtree(entry, ignore_errors=True)
     if cache_size() > budget:
         for hosts_root in (CACHE / "playbook-hosts", CACHE / "fault-hosts"):
@@ -159,7 +176,7 @@ def prune_cache(budget: int | None = None, log=None) -> int:
                     print(f"kdakit CI cache: removed the idle test-host engine {root}", file=log)
     # Images cost a rebuild (minutes), so they go last, and never one that another run on this machine
     # built or used in the last hour.
-    if _USED_IMAGES and (ENGINE_ROOT / "data").exists() and cache_size() > budget:
+    if session_used_cache() and (ENGINE_ROOT / "data").exists() and cache_size() > budget:
         try:
             engine = dockerd.start(ENGINE_ROOT, lock_timeout=0)
         except dockerd.DockerdError:
