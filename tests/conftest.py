@@ -38,6 +38,7 @@ def _scope(nodeid: str) -> str:
     return "docker" if path in DOCKER_FILES else path
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: the suite also runs without xdist (the GPU host)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadscope":
         return None  # another --dist: xdist's own scheduler
