@@ -192,7 +192,11 @@ def remove_if_unused(root: Path) -> bool:
             return False
         _kill_pidfile(root / "dockerd.pid", "dockerd", timeout=30)
         unmount_under(root)
-        shutil.rmtree(root, ignore_errors=True)
+        # Renamed first: a deletion cut short never leaves a half-deleted data root under the slot's name
+        # (an engine started on one believes it holds layers whose files are gone); prune_cache retries it.
+        aside = root.with_name(f"{root.name}.removing-{os.getpid()}-{time.monotonic_ns()}")
+        root.rename(aside)
+        shutil.rmtree(aside, ignore_errors=True)
         return True
     finally:
         os.close(lock_fd)
