@@ -432,7 +432,9 @@ def add_server_command(
     parser = subparsers.add_parser(group, help=group_help)
     sub = parser.add_subparsers(dest=f"{group}_name", required=True, metavar=group.upper())
     command = sub.add_parser(name, **parser_kwargs)
-    command.add_argument("--base-url", required=True, help="server root: scheme, host and port, e.g. http://127.0.0.1:PORT")
+    command.add_argument(
+        "--base-url", required=True, help="server root: scheme, host and port, e.g. http://127.0.0.1:PORT"
+    )
     context.add_record_options(command)
     command.set_defaults(func=func)
     return command
