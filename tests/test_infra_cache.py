@@ -1,5 +1,5 @@
-"""The CI cache stays within its budget (tests/infra/images.py prune_cache, run at the end of each test
-process): stale tarballs go first, then what only a stand-in rebuild needs, then idle test-host engines;
+"""The CI cache stays within its budget (tests/infra/images.py prune_cache, run at the end of a test session
+that used it): stale tarballs go first, then what only a stand-in rebuild needs, then idle test-host engines;
 what another run used in the last hour stays. No Docker needed (no image-building engine is involved)."""
 
 from __future__ import annotations
