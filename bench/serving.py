@@ -29,7 +29,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kdakit.evals.gsm8k import add_server_command
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -212,7 +211,7 @@ def _client_env(tokenizer: str) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")  # progress reaches the stall watchdog as it happens
     if Path(tokenizer).is_dir():
         # Everything the client reads is local; without this it asks the Hub for the served model name's
-        # config first (about 25 s of retries per run on a host without internet).
+        # config, twice, with retries (about 50 s a run on a host without internet).
         env.setdefault("HF_HUB_OFFLINE", "1")
     return env
 
@@ -428,7 +427,7 @@ def run_serving(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    s = add_server_command(
+    s = context.add_server_command(
         subparsers,
         "bench",
         "serving benchmarks against a running server",

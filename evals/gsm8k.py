@@ -424,24 +424,8 @@ def run_gsm8k(args: argparse.Namespace) -> int:
     return worst
 
 
-def add_server_command(
-    subparsers, group: str, group_help: str, name: str, func, **parser_kwargs
-) -> argparse.ArgumentParser:
-    """`kdakit GROUP NAME` against a running server (`kdakit eval gsm8k`, `kdakit bench serving`): its parser
-    with --base-url, the record options (kdakit.context) and `func`; the caller adds its own options."""
-    parser = subparsers.add_parser(group, help=group_help)
-    sub = parser.add_subparsers(dest=f"{group}_name", required=True, metavar=group.upper())
-    command = sub.add_parser(name, **parser_kwargs)
-    command.add_argument(
-        "--base-url", required=True, help="server root: scheme, host and port, e.g. http://127.0.0.1:PORT"
-    )
-    context.add_record_options(command)
-    command.set_defaults(func=func)
-    return command
-
-
 def register(subparsers) -> None:
-    g = add_server_command(
+    g = context.add_server_command(
         subparsers,
         "eval",
         "accuracy evaluations against a running server",

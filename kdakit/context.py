@@ -149,3 +149,19 @@ def fresh_stem(folder: Path, stem: str) -> str:
         n += 1
         candidate = f"{stem}-{n}"
     return candidate
+
+
+def add_server_command(
+    subparsers, group: str, group_help: str, name: str, func, **parser_kwargs
+) -> argparse.ArgumentParser:
+    """`kdakit GROUP NAME` against a running server (`kdakit eval gsm8k`, `kdakit bench serving`): its parser
+    with --base-url, the record options and `func`; the caller adds its own options."""
+    parser = subparsers.add_parser(group, help=group_help)
+    sub = parser.add_subparsers(dest=f"{group}_name", required=True, metavar=group.upper())
+    command = sub.add_parser(name, **parser_kwargs)
+    command.add_argument(
+        "--base-url", required=True, help="server root: scheme, host and port, e.g. http://127.0.0.1:PORT"
+    )
+    add_record_options(command)
+    command.set_defaults(func=func)
+    return command
