@@ -180,7 +180,26 @@ def check_arm(
         ok = module.startswith(prefix)
         detail = f"{module} (wanted {prefix}*)"
         checks.append(Check(f"arm {arm}: {phase} kernel", PASS if ok else FAIL, detail))
+    if "prefill_graph" in resolved:
+        checks.append(prefill_graph_check(arm, resolved["prefill_graph"]))
     return checks
+
+
+def prefill_graph_check(arm: str, joins: bool | str) -> Check:
+    """Whether SGLang's breakable prefill CUDA graph (the PR's `--cuda-graph-backend-prefill breakable`)
+    captures the arm's KDA extend, as SGLang's KDAAttnBackend decides it: kdakit's extend must join it;
+    SGLang's own Helion extend runs eagerly between the graph's segments, as upstream does."""
+    name = f"arm {arm}: KDA extend in the prefill CUDA graph"
+    if not isinstance(joins, bool):
+        return Check(name, SKIP, str(joins))
+    if joins:
+        return Check(name, PASS, "captured in SGLang's breakable prefill graph (no eager break per layer)")
+    detail = "runs eagerly between the breakable prefill graph's segments, at every KDA layer"
+    if ARMS[arm] != KDAKIT_KERNELS:
+        return Check(name, PASS, detail + " (SGLang's own Helion prefill, as upstream)")
+    if os.environ.get("SGLANG_DISABLE_KDA_PREFILL_GRAPH_EXTEND", "").lower() in ("1", "true", "yes"):
+        return Check(name, PASS, detail + " (SGLANG_DISABLE_KDA_PREFILL_GRAPH_EXTEND is set)")
+    return Check(name, FAIL, detail + ": SGLang's kda_backend.py lacks kdakit's patch")
 
 
 def gpu_checks(arm: str, facts: dict) -> list[Check]:

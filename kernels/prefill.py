@@ -873,3 +873,11 @@ def chunk_kda(
         track_rows, track_chunk, has_track, HV,
     ))  # fmt: skip
     return (out, None) if output_intermediate_states else out
+
+
+# SGLang's breakable prefill CUDA graph captures an extend kernel that runs on the bucket's static tables
+# (KDAAttnBackend.supports_prefill_graph_extend with kdakit's patch): q/k/v padded to the bucket's tokens,
+# cu_seqlens with empty sequences past the batch, negative (PAD_SLOT_ID) state slots, track_chunk_idx -1 for
+# untracked rows. chunk_kda qualifies: every length is device data, every grid is fixed by the bucket (T and
+# the table sizes), nothing syncs with the host, and empty sequences and padded chunk slots write nothing.
+chunk_kda.takes_prefill_graph_tables = True

@@ -101,6 +101,25 @@ def test_the_arm_sets_the_switch_and_a_contrary_environment_fails():
     assert _statuses(checks)["KDAKIT_HELION_KERNELS"] == "FAIL"
 
 
+@pytest.mark.parametrize(
+    ("arm", "joins", "status"),
+    [
+        ("helion", True, "PASS"),
+        ("helion", False, "FAIL"),  # kdakit's extend outside the graph: the patch's backend hunk is missing
+        ("helion-upstream", False, "PASS"),  # SGLang's own Helion extend: eager, as upstream
+        ("helion", "unknown: kda_backend does not import (ImportError)", "SKIP"),
+    ],
+)
+def test_the_arm_states_whether_its_extend_joins_the_prefill_graph(monkeypatch, arm, joins, status):
+    monkeypatch.delenv("SGLANG_DISABLE_KDA_PREFILL_GRAPH_EXTEND", raising=False)
+    modules = UPSTREAM if arm == "helion-upstream" else {}
+    resolver = lambda value: {**_resolved(**modules)(value), "prefill_graph": joins}  # noqa: E731
+    checks = selftest.check_arm(arm, resolver=resolver, environ={})
+    (graph,) = [c for c in checks if "prefill CUDA graph" in c.name]
+    assert graph.status == status
+    assert ("captured" in graph.detail) == (joins is True)
+
+
 def test_missing_integration_reports_upstream_as_skipped_not_passed():
     checks = selftest.check_arm("helion", resolver=lambda v: {"absent": "No module named x"}, environ={})
     assert [c.status for c in checks] == ["SKIP"] and "upstream" in checks[0].detail

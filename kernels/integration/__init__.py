@@ -44,6 +44,9 @@ ENTRY_POINTS = {
     "verify": "helion_kda_verify",
     "prefill": "chunk_kda",
 }
+# The SGLang file that decides whether a breakable prefill CUDA graph captures the KDA extend; the patch makes
+# it accept an extend kernel that declares `takes_prefill_graph_tables` (kdakit's prefill does).
+BACKEND = "sglang/srt/layers/attention/linear/kda_backend.py"
 PATCH_DIR = Path(__file__).resolve().parent
 log = logging.getLogger("kdakit.integration")
 
@@ -247,6 +250,16 @@ def apply(site_packages: str | Path, patch: Path | None = None) -> list[Path]:
     return written
 
 
+def patched_files(patch: Path | None = None) -> list[str]:
+    """The SGLang files the patch changes, relative to site-packages, in the patch's order."""
+    return [fp.path for fp in parse((patch or patch_file()).read_text())]
+
+
+def module_name(path: str) -> str:
+    """sglang/a/b.py -> sglang.a.b"""
+    return path.removesuffix(".py").replace("/", ".")
+
+
 def site_packages_of_sglang() -> Path:
     spec = importlib.util.find_spec("sglang")
     if spec is None or not spec.submodule_search_locations:
@@ -268,7 +281,7 @@ def resolve(instantiate: bool = True) -> dict[str, str]:
 
     Imports SGLang's adapter (patched or not) in this process; with instantiate, builds the adapter the
     way SGLang's dispatcher does and reads the callables it holds. Keys: decode, verify, prefill,
-    kernels ("kdakit", "upstream" or "unpatched").
+    kernels ("kdakit", "upstream" or "unpatched"), and with instantiate prefill_graph (joins_prefill_graph).
     """
     adapter = importlib.import_module(ADAPTER_MODULE)
     modules = getattr(adapter, "KDAKIT_HELION_MODULES", None)
@@ -281,6 +294,7 @@ def resolve(instantiate: bool = True) -> dict[str, str]:
         )
         result["decode"] = kernel._packed_decode.__module__
         result["prefill"] = kernel._chunk_kda.__module__
+        result["prefill_graph"] = joins_prefill_graph(kernel)
     else:
         result["decode"] = modules["decode"]
         result["prefill"] = modules["prefill"]
@@ -288,3 +302,20 @@ def resolve(instantiate: bool = True) -> dict[str, str]:
     verify = getattr(importlib.import_module(modules["verify"]), ENTRY_POINTS["verify"])
     result["verify"] = verify.__module__
     return result
+
+
+def joins_prefill_graph(extend_kernel) -> bool | str:
+    """Whether SGLang's breakable prefill CUDA graph captures this extend kernel, as SGLang's own
+    `KDAAttnBackend.supports_prefill_graph_extend` decides it (the environment's
+    SGLANG_DISABLE_KDA_PREFILL_GRAPH_EXTEND included); a string says why it cannot be told here."""
+    try:
+        backend = importlib.import_module(module_name(BACKEND))
+    except Exception as exc:  # noqa: BLE001 - a build without SGLang's server code cannot tell
+        return f"unknown: {module_name(BACKEND)} does not import ({type(exc).__name__})"
+    from types import SimpleNamespace
+
+    # the method reads only these two attributes of the backend
+    probe = SimpleNamespace(
+        kernel_dispatcher=SimpleNamespace(extend_kernel=extend_kernel), accept_lens_pool=None
+    )
+    return bool(backend.KDAAttnBackend.supports_prefill_graph_extend(probe))

@@ -35,6 +35,7 @@ state and snapshots are checked (`problems`, `TOLERANCES`). Results: `LifecycleR
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -56,6 +57,9 @@ class Shape:
     prefill_lens: tuple[int, ...] = (1, 9, 70, 128)
     decode_steps: int = 2
     graph_bs: int = 0  # CUDA graph bucket (0: no graphs); padded rows = graph_bs - requests
+    # token buckets of the breakable prefill CUDA graph (--cuda-graph-backend-prefill breakable); empty: off
+    prefill_buckets: tuple[int, ...] = ()
+    prefill_graph_max_seqs: int = 4  # SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS: larger batches run eagerly
 
     @property
     def label(self) -> str:
@@ -79,6 +83,7 @@ class LifecycleReport:
     errors: list[PhaseError] = field(default_factory=list)  # vs the fp64 reference
     dispatcher: str = ""
     outputs: dict = field(default_factory=dict)  # phase -> the layer's output [tokens, H, D] (CPU)
+    routes: dict = field(default_factory=dict)  # prefill graph phase -> how SGLang ran the KDA extend
     states: dict = field(default_factory=dict)  # phase -> the batch's committed pool states (CPU)
 
     def max_errors(self) -> tuple[float, float]:
@@ -164,6 +169,34 @@ def _cpu_state_scatter():
 
 
 @contextlib.contextmanager
+def _cpu_pinned_copies():
+    """The prefill graph tables are staged through pinned host memory (`fill`), which needs a CUDA driver;
+    on the CPU the staging tensor stays pageable, the copy itself is the same."""
+    import torch
+
+    original = torch.Tensor.pin_memory
+    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
+    try:
+        yield
+    finally:
+        torch.Tensor.pin_memory = original
+
+
+@contextlib.contextmanager
+def _environ(**values: str):
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
 def _cuda_answer(backend_module, value: bool):
     original = backend_module.is_cuda
     backend_module.is_cuda = lambda: value
@@ -186,12 +219,14 @@ def arm_settings(arm: str) -> tuple[str, str]:
     return spec["kda_backend"], spec.get("env", {}).get(ENV_VAR, DEFAULT)
 
 
-def load_adapter(kernels: str):
-    """SGLang's Helion adapter module with kdakit's patch, resolving kernels from `kernels` (kdakit|upstream).
+def load_patched_sglang(kernels: str):
+    """SGLang's files that kdakit's patch changes, patched, with the Helion adapter resolving its kernels from
+    `kernels` (kdakit|upstream); returns the adapter module.
 
-    In the image the installed adapter is already patched and is re-imported; a development venv has
-    SGLang's wheel unpatched, so the patched source is built in memory (the same strict applier as the
-    image build) and registered under the adapter's module name, where SGLang's dispatcher imports it.
+    In the image the installed files are already patched and the adapter is re-imported (it picks its
+    kernels once, at import); a development venv has SGLang's wheel unpatched, so each patched source is
+    built in memory (the same strict applier as the image build) and registered under its module name, where
+    SGLang's code imports it. Files that need no re-import (the KDA backend) are patched once per process.
     """
     import importlib
     import importlib.util
@@ -200,29 +235,37 @@ def load_adapter(kernels: str):
     from kdakit.kernels import integration
 
     os.environ[integration.ENV_VAR] = kernels
-    name = integration.ADAPTER_MODULE
-    sys.modules.pop(name, None)
-    spec = importlib.util.find_spec(name)
-    with open(spec.origin) as f:
-        source = f.read().splitlines()
-    if not any("KDAKIT_HELION_MODULES" in line for line in source):
-        (file_patch,) = integration.parse(integration.patch_file().read_text())
-        source = integration._apply_hunks(source, file_patch.hunks)
-        if source is None:
-            raise integration.PatchError(f"kdakit's patch does not apply to {spec.origin}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    exec(compile("\n".join(source) + "\n", spec.origin, "exec"), module.__dict__)
-    parent, _, leaf = name.rpartition(".")
-    setattr(importlib.import_module(parent), leaf, module)
-    return module
+    patches = {fp.path: fp for fp in integration.parse(integration.patch_file().read_text())}
+    adapter = None
+    for path, file_patch in patches.items():
+        name = integration.module_name(path)
+        loaded = sys.modules.get(name)
+        if path != integration.ADAPTER and getattr(loaded, "__kdakit_patched__", False):
+            continue
+        sys.modules.pop(name, None)
+        spec = importlib.util.find_spec(name)
+        with open(spec.origin) as f:
+            source = f.read().splitlines()
+        if integration._apply_hunks(source, file_patch.hunks, reverse=True) is None:  # not patched yet
+            source = integration._apply_hunks(source, file_patch.hunks)
+            if source is None:
+                raise integration.PatchError(f"kdakit's patch does not apply to {spec.origin}")
+        module = importlib.util.module_from_spec(spec)
+        module.__kdakit_patched__ = True
+        sys.modules[name] = module
+        exec(compile("\n".join(source) + "\n", spec.origin, "exec"), module.__dict__)
+        parent, _, leaf = name.rpartition(".")
+        setattr(importlib.import_module(parent), leaf, module)
+        if path == integration.ADAPTER:
+            adapter = module
+    return adapter
 
 
 # ---------------------------------------------------------------------------------------------------------
 # SGLang's objects
 
 
-def _server_args(backend: str, topk: int, graphs: bool) -> dict:
+def _server_args(backend: str, topk: int, graphs: bool, prefill_graph: bool = False) -> dict:
     from sglang.srt.model_executor.cuda_graph_config import Backend, CudaGraphConfig, PhaseConfig
 
     return dict(
@@ -234,9 +277,12 @@ def _server_args(backend: str, topk: int, graphs: bool) -> dict:
         speculative_num_draft_tokens=DRAFT_TOKENS,
         speculative_num_steps=DRAFT_TOKENS - 1,
         chunked_prefill_size=-1,
+        # the radix cache's extra state buffer, as the pool below has it (prefill graphs size track tables)
+        disable_radix_cache=False,
+        mamba_radix_cache_strategy="extra_buffer",
         cuda_graph_config=CudaGraphConfig(
             decode=PhaseConfig(backend=Backend.FULL if graphs else Backend.DISABLED),
-            prefill=PhaseConfig(backend=Backend.DISABLED),
+            prefill=PhaseConfig(backend=Backend.BREAKABLE if prefill_graph else Backend.DISABLED),
         ),
         # the lazy property cache production derives from the model's config and page size
         _mamba_cache_chunk_size=64,
@@ -276,6 +322,19 @@ class _NoFullAttention:
 
     def init_forward_metadata_out_graph(self, forward_batch, in_capture=False):
         pass
+
+
+@dataclass
+class _PrefillGraph:
+    """One captured token bucket of the breakable prefill CUDA graph."""
+
+    bucket: int
+    batch: object  # the capture's ForwardBatch
+    static: tuple  # static input buffers: pre-conv rows, gate, beta
+    metadata: object = None  # the KDA extend's static tables (None: the extend is an eager break)
+    graph: object = None  # SGLang's BreakableCUDAGraph (None on the CPU)
+    out: object = None  # the captured output
+    run_once: object = None
 
 
 @dataclass
@@ -328,27 +387,31 @@ class Lifecycle:
             Mamba2StateDType,
         )
         from sglang.srt.layers.attention.hybrid_linear_attn_backend import HybridLinearAttnBackend
-        from sglang.srt.layers.attention.linear import kda_backend
         from sglang.srt.layers.attention.linear.utils import resolve_linear_attn_backends
         from sglang.srt.layers.radix_linear_attention import RadixLinearAttention
         from sglang.srt.mem_cache.memory_pool import HybridReqToTokenPool
         from sglang.srt.runtime_context import get_context, get_parallel
 
         backend, kernels = arm_settings(self.arm)
-        if backend == "helion":
-            load_adapter(kernels)
+        load_patched_sglang(kernels)  # every arm: the image's SGLang is patched whatever the arm
+        from sglang.srt.layers.attention.linear import kda_backend  # the patched module
+
         s = self.shape
         H, D = s.heads, s.head_dim
         self.H, self.D = H, D
         self.dim = 3 * H * D
-        override = get_context().override_server_args(**_server_args(backend, self.topk, s.graph_bs > 0))
+        override = get_context().override_server_args(
+            **_server_args(backend, self.topk, s.graph_bs > 0, bool(s.prefill_buckets))
+        )
         server_args = override.install()
         self._stack.callback(override.restore)
+        self._stack.enter_context(_environ(SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS=str(s.prefill_graph_max_seqs)))
         self._stack.enter_context(get_parallel().override(attn_tp_size=1))
         if self.device == "cpu":
             self._stack.enter_context(_cuda_answer(kda_backend, True))
             self._stack.enter_context(_interpretable_builtin_aliases())
             self._stack.enter_context(_cpu_state_scatter())
+            self._stack.enter_context(_cpu_pinned_copies())
         state_dtype = getattr(torch, s.state_dtype)
         self.max_reqs = max(16, s.graph_bs + 2, len(s.prefill_lens))
         cache = KimiLinearCacheParams(
@@ -387,6 +450,7 @@ class Lifecycle:
         self.conv_w = conv
         self.requests: list[_Request] = []
         self._graphs: dict = {}
+        self._prefill_graphs: dict = {}  # token bucket -> _PrefillGraph
 
     # -- requests and batches --------------------------------------------------------------------------
 
@@ -458,8 +522,11 @@ class Lifecycle:
 
     # -- phases ----------------------------------------------------------------------------------------
 
-    def extend(self, reqs: list[_Request], lens: list[int]) -> None:
-        """Prefill `lens[i]` new tokens of each request, radix-cache tracking as the scheduler asks for it."""
+    def extend(
+        self, reqs: list[_Request], lens: list[int], phase: str = "extend", *, graph: bool = False
+    ) -> None:
+        """Prefill `lens[i]` new tokens of each request, radix-cache tracking as the scheduler asks for it;
+        with graph, through SGLang's breakable prefill CUDA graph protocol (`_prefill_graph_forward`)."""
         import torch
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
@@ -490,10 +557,13 @@ class Lifecycle:
         )
         mixed, gate, beta = self._tokens(sum(lens))
         before = self._temporal()
-        out = self._forward(batch, mixed, gate, beta)
+        if graph:
+            out = self._prefill_graph_forward(phase, batch, mixed, gate, beta)
+        else:
+            out = self._forward(batch, mixed, gate, beta)
         written = {r.slot for r in reqs}
         written |= {r.track_slots[0] for r, m in zip(reqs, mask, strict=True) if m}
-        self._check_untouched(before, self._temporal(), written, "extend")
+        self._check_untouched(before, self._temporal(), written, phase)
         at = 0
         expected, tracked_states = [], []
         for r, n, m in zip(reqs, lens, mask, strict=True):
@@ -504,12 +574,127 @@ class Lifecycle:
             self._commit(r, rows, states[-1])
             expected.append(o)
             at += n
-        self._record("extend", out, torch.cat(expected), reqs)
+        self._record(phase, out, torch.cat(expected), reqs)
         errs = []
         temporal = self._temporal()
         for r, want in tracked_states:
             errs.append((temporal[r.track_slots[0]].double() - want).abs().max().item())
-        self.report.errors.append(PhaseError("extend track", self.arm, 0.0, max(errs, default=0.0)))
+        self.report.errors.append(PhaseError(f"{phase} track", self.arm, 0.0, max(errs, default=0.0)))
+
+    def _prefill_context(self, batch):
+        """What the prefill graph runner holds around a capture and a replay: the batch, the prefill graph
+        scope (breakable, not full), the attention backend and the breakable-graph runtime flag."""
+        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+        from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import (
+            enable_breakable_cuda_graph,
+        )
+        from sglang.srt.model_executor.runner_utils.forward_batch import set_forward_batch
+        from sglang.srt.model_executor.runner_utils.prefill_graph import prefill_graph_scope
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(set_forward_batch(batch))
+        stack.enter_context(prefill_graph_scope(full_graph=False))
+        stack.enter_context(forward_context(ForwardContext(attn_backend=self.backend), forward_batch=batch))
+        stack.enter_context(enable_breakable_cuda_graph())
+        return stack
+
+    def _capture_prefill_graph(self, bucket: int) -> _PrefillGraph:
+        """The prefill graph runner's capture of one token bucket (`capture_prepare`, `capture_one_shape`):
+        one synthetic request of `bucket` tokens on request-pool row 0 (the pool's padding slot), the backend's
+        capture metadata (the KDA extend's static tables when SGLang captures it), two warm-ups clearing the
+        capture slot after each, then SGLang's BreakableCUDAGraphCapture of the layer over static inputs. On
+        the CPU nothing is captured: a replay runs the same forward on the same static buffers."""
+        import torch
+        from sglang.srt.model_executor.forward_batch_info import ForwardMode
+        from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import (
+            BreakableCUDAGraph,
+            BreakableCUDAGraphCapture,
+        )
+
+        dev = self.device
+        pad = _Request(0, 0, [], [], [], [])
+        fb = self._base_batch(ForwardMode.EXTEND, [pad], [bucket], bucket, list(range(bucket)))
+        ext = torch.tensor([bucket], dtype=torch.int32, device=dev)
+        fb.extend_seq_lens, fb.extend_seq_lens_cpu = ext, [bucket]
+        fb.extend_prefix_lens = torch.zeros_like(ext)
+        fb.extend_prefix_lens_cpu = [0]
+        fb.extend_start_loc = torch.zeros_like(ext)
+        fb.extend_num_tokens = bucket
+        fb.global_num_token_non_padded_cpu = bucket
+        static = (
+            torch.zeros(bucket, self.dim, dtype=self.act_dtype, device=dev),
+            torch.zeros(bucket, self.H * self.D, dtype=self.act_dtype, device=dev),
+            torch.zeros(bucket, self.H, dtype=self.act_dtype, device=dev),
+        )
+        entry = _PrefillGraph(bucket, fb, static)
+
+        def run_once():
+            return self.layer(
+                entry.batch, mixed_qkv=static[0], a=static[1].unsqueeze(0), b=static[2].unsqueeze(0)
+            )
+
+        entry.run_once = run_once
+        cache = self.pool.mamba_pool.mamba_cache
+        with torch.no_grad(), self._prefill_context(fb):
+            if self.backend.use_captured_forward_metadata_for_breakable_cuda_graph:
+                entry.metadata = self.backend.init_forward_metadata_for_breakable_cuda_graph_capture(fb)
+            else:
+                self.backend.init_forward_metadata(fb)
+            if dev != "cpu":
+                for _ in range(2):  # the runner's warm-ups, the capture slot cleared after each
+                    torch.cuda.synchronize()
+                    run_once()
+                    for t in (cache.temporal, *cache.conv):
+                        t[:, 0].zero_()
+                entry.graph = BreakableCUDAGraph()
+                stream = torch.cuda.Stream()  # captures run on a side stream, as the runner's do
+                stream.wait_stream(torch.cuda.current_stream())
+                with BreakableCUDAGraphCapture(
+                    cuda_graph=entry.graph, pool=torch.cuda.graph_pool_handle(), stream=stream
+                ):
+                    entry.out = run_once()
+                torch.cuda.current_stream().wait_stream(stream)
+        self._prefill_graphs[bucket] = entry
+        return entry
+
+    def _prefill_graph_forward(self, phase: str, batch, mixed, gate, beta):
+        """The prefill graph runner's replay of `batch`: the smallest captured token bucket that holds it;
+        a batch of more sequences than the KDA tables hold runs eagerly (the runner's replay vote on
+        `prefill_cuda_graph_max_batch_size`); else the backend's replay metadata (`fill` of the static
+        tables, or the eager metadata where the KDA extend is an eager break), the inputs copied into the
+        static buffers, the graph replayed. The route taken is recorded in report.routes[phase]."""
+        import torch
+
+        n = batch.extend_num_tokens
+        bucket = min((b for b in self.shape.prefill_buckets if b >= n), default=None)
+        if bucket is None:
+            raise ValueError(f"{n} tokens fit no prefill graph bucket {self.shape.prefill_buckets}")
+        captured_tables = self.backend.use_captured_forward_metadata_for_breakable_cuda_graph
+        if captured_tables and batch.batch_size > self.backend.prefill_cuda_graph_max_batch_size:
+            self.report.routes[phase] = "eager (more sequences than the graph's tables)"
+            return self._forward(batch, mixed, gate, beta)
+        entry = self._prefill_graphs.get(bucket) or self._capture_prefill_graph(bucket)
+        for buf, value in zip(entry.static, (mixed, gate, beta), strict=True):
+            buf.zero_()
+            buf[:n].copy_(value.to(self.device))
+        batch.global_num_token_non_padded_cpu = n
+        with torch.no_grad(), self._prefill_context(batch):
+            self.backend.prepare_forward_metadata_for_breakable_cuda_graph_replay(entry.metadata, batch)
+            in_graph = self.backend.linear_extend_in_graph()
+            self.report.routes[phase] = "in graph" if in_graph else "eager break"
+            if entry.graph is not None:
+                entry.graph.replay()
+                out = entry.out
+            else:
+                # the CPU's stand-in for a replay: the captured call (the bucket's tokens, this batch's
+                # metadata) on the static buffers; an eager break reads the batch the runner holds
+                entry.batch = copy.copy(batch)
+                entry.batch.global_num_token_non_padded_cpu = bucket
+                out = entry.run_once()
+        out = out.reshape(bucket, self.H, self.D)
+        if not bool((out[n:] == 0).all()):
+            raise AssertionError(f"{self.arm} {phase}: the bucket's padded rows of the output are not zero")
+        return out[:n].float().cpu()
 
     def decode(self, reqs: list[_Request], *, graph: bool = False) -> None:
         """One decode token per request; with graph, replayed from a CUDA graph of the bucket's size."""
@@ -810,7 +995,11 @@ def run(
     """The whole lifecycle for one arm (module docstring); returns the per-phase errors. CUDA graphs
     (shape.graph_bs > 0, on a GPU) replay verify, and decode on a second backend: a server's target
     model captures one graph runner per forward mode."""
-    with Lifecycle(arm, shape, topk=topk, device=device, seed=seed) as life:
+    import dataclasses
+
+    with Lifecycle(
+        arm, dataclasses.replace(shape, prefill_buckets=()), topk=topk, device=device, seed=seed
+    ) as life:
         graphs = shape.graph_bs > 0 and life.device != "cpu"
         reqs = [life.new_request() for _ in shape.prefill_lens]
         life.extend(reqs, list(shape.prefill_lens))
@@ -838,7 +1027,35 @@ def run(
             life.decode(reqs[1:], graph=True)  # fewer real rows, more padding
             report.errors += [e for e in life.report.errors if "graph" in e.phase]
             report.phases += [p for p in life.report.phases if "graph" in p]
+    if shape.prefill_buckets:
+        with Lifecycle(arm, shape, topk=topk, device=device, seed=seed + 2) as life:
+            prefill_graph_phases(life)
+            report.errors += life.report.errors
+            report.phases += life.report.phases
+            report.outputs.update(life.report.outputs)
+            report.states.update(life.report.states)
+            report.routes.update(life.report.routes)
     return report
+
+
+PREFILL_GRAPH_PHASES = ("prefill graph 1 token", "prefill graph mixed", "prefill graph continued",
+                        "prefill graph too many sequences")  # fmt: skip
+
+
+def prefill_graph_phases(life: Lifecycle) -> None:
+    """Prefills through SGLang's breakable prefill CUDA graph protocol (`Lifecycle._prefill_graph_forward`):
+    one token alone in the smallest bucket; the shape's prompts (unaligned; those of 64 tokens or more
+    tracked) padded into a bucket; a continued prefill (prefixes in the pool, one fresh aligned 64-token
+    prompt tracked at its final state); more sequences than SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS (eager)."""
+    one_token, mixed, continued, too_many = PREFILL_GRAPH_PHASES
+    first = life.new_request()
+    life.extend([first], [1], one_token, graph=True)
+    prompts = [life.new_request() for _ in life.shape.prefill_lens]
+    life.extend(prompts, list(life.shape.prefill_lens), mixed, graph=True)
+    fresh = life.new_request()
+    life.extend([first, *prompts[:2], fresh], [40, 5, 3, 64], continued, graph=True)
+    many = [life.new_request() for _ in range(life.shape.prefill_graph_max_seqs + 1)]
+    life.extend(many, [3] * len(many), too_many, graph=True)
 
 
 # Agreement bounds, absolute on unit-scale data, per phase: against the fp64 reference and against the

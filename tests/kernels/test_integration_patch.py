@@ -36,8 +36,9 @@ def tree(tmp_path: Path, wheel: Path) -> Path:
     """SGLang's kernel modules and its unmodified Helion adapter from the wheel, as a sys.path root."""
     root = upstream.extract(tmp_path / "site", wheel=wheel)
     with zipfile.ZipFile(wheel) as zf:
-        (root / integration.ADAPTER).parent.mkdir(parents=True, exist_ok=True)
-        (root / integration.ADAPTER).write_bytes(zf.read(integration.ADAPTER))
+        for path in integration.patched_files():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_bytes(zf.read(path))
     for name, text in ADAPTER_STANDINS.items():
         (root / name).write_text(text)
     return root
@@ -55,10 +56,12 @@ def _resolve_in(root: Path, value: str | None) -> subprocess.CompletedProcess:
 
 def test_patch_applies_cleanly_to_the_pinned_wheel(tree: Path):
     adapter = tree / integration.ADAPTER
+    backend = tree / integration.BACKEND
     before = adapter.read_text()
     assert "from sglang.kernels.ops.attention.helion.kda_decode import" in before
     assert integration.check(tree) == "applies"
-    assert integration.apply(tree) == [adapter]
+    assert integration.apply(tree) == [backend, adapter]
+    assert '"takes_prefill_graph_tables"' in backend.read_text()
     after = adapter.read_text()
     assert "KDAKIT_HELION_MODULES = helion_kda_modules()" in after
     assert "from sglang.kernels.ops.attention.helion.kda_decode import" not in after
@@ -98,6 +101,7 @@ def test_patched_adapter_resolves_to_upstream_on_request(tree: Path):
     result = _resolve_in(tree, "upstream")
     assert result.returncode == 0, result.stderr
     resolved = json.loads(result.stdout.strip().splitlines()[-1])
+    assert resolved.pop("prefill_graph") is not True  # SGLang's Helion prefill declares no graph tables
     assert resolved == {"kernels": "upstream", **integration.UPSTREAM_MODULES}
 
 
@@ -105,6 +109,7 @@ def test_unpatched_adapter_reports_upstream(tree: Path):
     result = _resolve_in(tree, None)
     assert result.returncode == 0, result.stderr
     resolved = json.loads(result.stdout.strip().splitlines()[-1])
+    assert resolved.pop("prefill_graph") is not True
     assert resolved == {"kernels": "unpatched", **integration.UPSTREAM_MODULES}
 
 

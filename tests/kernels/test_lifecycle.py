@@ -14,6 +14,12 @@ from kdakit.kernels.integration import lifecycle
 from kdakit.kernels.tools.testing import interpreter
 
 LENS = (1, 9, 70)  # one token, a short one, longer than a 64-token chunk (tracked: unaligned)
+# The chain cases also prefill through SGLang's breakable prefill CUDA graph protocol (`--cuda-graph-backend-
+# prefill breakable`; on the CPU the replays run the captured call on the static buffers, uncaptured).
+PREFILL_BUCKETS = (16, 128)
+# How SGLang 0.5.23 (with kdakit's patch) runs each arm's KDA extend inside the graph: Triton's and kdakit's
+# on the bucket's static tables; SGLang's own Helion prefill as an eager break between graph segments.
+PREFILL_GRAPH_ROUTE = {"triton": "in graph", "helion": "in graph", "helion-upstream": "eager break"}
 CASES = {
     # (arm, top-k, heads, state dtype)
     "triton-chain": ("triton", 1, 2, "float32"),
@@ -34,7 +40,10 @@ def _cpu_interpreter():
 def report(case: str) -> lifecycle.LifecycleReport:
     if case not in _reports:
         arm, topk, heads, state = CASES[case]
-        shape = lifecycle.Shape(heads=heads, head_dim=32, state_dtype=state, prefill_lens=LENS)
+        buckets = PREFILL_BUCKETS if case.endswith("-chain") else ()
+        shape = lifecycle.Shape(
+            heads=heads, head_dim=32, state_dtype=state, prefill_lens=LENS, prefill_buckets=buckets
+        )
         _reports[case] = lifecycle.run(arm, shape, topk=topk, device="cpu")
         print(lifecycle.summary(_reports[case]))
     return _reports[case]
@@ -47,6 +56,8 @@ def test_lifecycle_through_sglangs_backend_matches_fp64(case):
     backend = "Triton" if arm == "triton" else "Helion"
     assert r.dispatcher.startswith(f"decode={backend}KDAKernel verify={backend}KDAKernel extend={backend}")
     expected = ["extend", "decode", "decode", "verify 1", "verify 2", "decode"]
+    if case.endswith("-chain"):
+        expected += list(lifecycle.PREFILL_GRAPH_PHASES)
     assert r.phases == expected
     assert {e.phase for e in r.errors} >= {"extend track", "verify 1 commit", "verify 2 commit"}
     assert lifecycle.problems(r) == []
@@ -62,6 +73,17 @@ def test_helion_arms_agree_with_the_triton_arm(case, baseline):
     r, b = report(case), report(baseline)
     assert set(r.outputs) == set(b.outputs) and set(r.states) == set(b.states)
     assert lifecycle.problems(r, b) == []
+
+
+@pytest.mark.parametrize("case", ["triton-chain", "helion-chain", "upstream-chain"])
+def test_prefill_graph_runs_each_arms_extend_where_sglang_puts_it(case):
+    """kdakit's patch puts its Helion extend inside the breakable prefill graph (as Triton's); SGLang's own
+    Helion extend stays an eager break; a batch of more sequences than the tables hold runs eagerly."""
+    r = report(case)
+    one_token, mixed, continued, too_many = lifecycle.PREFILL_GRAPH_PHASES
+    want = PREFILL_GRAPH_ROUTE[CASES[case][0]]
+    assert [r.routes[p] for p in (one_token, mixed, continued)] == [want] * 3
+    assert r.routes[too_many] == "eager (more sequences than the graph's tables)"
 
 
 def test_the_verify_kernel_gets_the_backends_row_table_and_the_tree():
