@@ -601,9 +601,9 @@ class Lifecycle:
     def _capture_prefill_graph(self, bucket: int) -> _PrefillGraph:
         """The prefill graph runner's capture of one token bucket (`capture_prepare`, `capture_one_shape`):
         one synthetic request of `bucket` tokens on request-pool row 0 (the pool's padding slot), the
-        backend's capture metadata (the KDA extend's static tables when SGLang captures it), two warm-ups clearing the
-        capture slot after each, then SGLang's BreakableCUDAGraphCapture of the layer over static inputs. On
-        the CPU nothing is captured: a replay runs the same forward on the same static buffers."""
+        backend's capture metadata (the KDA extend's static tables when SGLang captures it), two warm-ups
+        clearing the capture slot after each, then SGLang's BreakableCUDAGraphCapture of the layer over static
+        inputs. On the CPU nothing is captured: a replay runs the same forward on the same static buffers."""
         import torch
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
         from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import (
