@@ -60,6 +60,7 @@ class Shape:
     # token buckets of the breakable prefill CUDA graph (--cuda-graph-backend-prefill breakable); empty: off
     prefill_buckets: tuple[int, ...] = ()
     prefill_graph_max_seqs: int = 4  # SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS: larger batches run eagerly
+    layers: int = 1  # KDA layers (a stack shares one pool, one slot per request across its layers)
 
     @property
     def label(self) -> str:
@@ -180,6 +181,32 @@ def _cpu_pinned_copies():
         yield
     finally:
         torch.Tensor.pin_memory = original
+
+
+@contextlib.contextmanager
+def _strong_refs_without_sgl_kernel():
+    """An eager break captured in a breakable graph keeps weak references to its inputs through
+    `sgl_kernel`'s weak_ref_tensors (SGLang's GPU ops); where that package is a stand-in (a GPU host
+    without SGLang's kernels wheel), the capture keeps strong references instead: the same replay, the
+    inputs only live as long as the graph."""
+    from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import breakable_cuda_graph
+
+    try:
+        from sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor import weak_ref_tensors
+
+        weak_ref_tensors(__import__("torch").zeros(1, device="cuda"))
+        available = True
+    except (ImportError, RuntimeError):
+        available = False
+    if available:
+        yield
+        return
+    original = breakable_cuda_graph._weak_ref_if_tensor
+    breakable_cuda_graph._weak_ref_if_tensor = lambda x: x
+    try:
+        yield
+    finally:
+        breakable_cuda_graph._weak_ref_if_tensor = original
 
 
 @contextlib.contextmanager
@@ -419,13 +446,13 @@ class Lifecycle:
                 tp_world_size=1, num_heads=H, head_dim=D, num_k_heads=H, head_k_dim=D,
                 conv_kernel_size=CONV_KERNEL,
             ),
-            layers=[0],
+            layers=list(range(s.layers)),
             dtype=Mamba2StateDType(conv=self.act_dtype, temporal=state_dtype),
         )  # fmt: skip
         self.pool = HybridReqToTokenPool(
             size=self.max_reqs, mamba_size=4 * self.max_reqs, mamba_spec_state_size=self.max_reqs,
             max_context_len=512, device=self.device, enable_memory_saver=False, cache_params=cache,
-            mamba_layer_ids=[0], enable_mamba_extra_buffer=True,
+            mamba_layer_ids=list(range(s.layers)), enable_mamba_extra_buffer=True,
             speculative_num_draft_tokens=DRAFT_TOKENS, speculative_eagle_topk=self.topk,
             enable_overlap_schedule=False,
         )  # fmt: skip
@@ -442,11 +469,18 @@ class Lifecycle:
         conv = (torch.randn(self.dim, CONV_KERNEL, generator=self.gen) * 0.5).to(self.act_dtype)
         self.A_log = (torch.randn(H, generator=self.gen) * 0.5).float()
         self.dt_bias = (torch.randn(H * D, generator=self.gen) * 0.3).float()
-        self.layer = RadixLinearAttention(
-            layer_id=0, num_q_heads=H, num_k_heads=H, num_v_heads=H, head_q_dim=D, head_k_dim=D,
-            head_v_dim=D, conv_weights=conv.to(dev), bias=None, activation="silu",
-            A_log=self.A_log.to(dev), dt_bias=self.dt_bias.to(dev), lower_bound=GATE_LOWER_BOUND,
-        )  # fmt: skip
+        self.layers = [
+            RadixLinearAttention(
+                layer_id=i, num_q_heads=H, num_k_heads=H, num_v_heads=H, head_q_dim=D, head_k_dim=D,
+                head_v_dim=D, conv_weights=conv.to(dev), bias=None, activation="silu",
+                A_log=self.A_log.to(dev), dt_bias=self.dt_bias.to(dev), lower_bound=GATE_LOWER_BOUND,
+            )
+            for i in range(s.layers)
+        ]  # fmt: skip
+        self.layer = self.layers[0]
+        # What a prefill graph captures and a timed prefill runs: (batch, pre-conv rows, gate, beta) -> out;
+        # one KDA layer unless a measurement puts a model stand-in around the layers (kernels/tools/served.py)
+        self.body = lambda batch, mixed, a, b: self.layer(batch, mixed_qkv=mixed, a=a, b=b)
         self.conv_w = conv
         self.requests: list[_Request] = []
         self._graphs: dict = {}
@@ -629,9 +663,7 @@ class Lifecycle:
         entry = _PrefillGraph(bucket, fb, static)
 
         def run_once():
-            return self.layer(
-                entry.batch, mixed_qkv=static[0], a=static[1].unsqueeze(0), b=static[2].unsqueeze(0)
-            )
+            return self.body(entry.batch, static[0], static[1].unsqueeze(0), static[2].unsqueeze(0))
 
         entry.run_once = run_once
         cache = self.pool.mamba_pool.mamba_cache
@@ -647,6 +679,7 @@ class Lifecycle:
                     for t in (cache.temporal, *cache.conv):
                         t[:, 0].zero_()
                 entry.graph = BreakableCUDAGraph()
+                self._stack.enter_context(_strong_refs_without_sgl_kernel())
                 stream = torch.cuda.Stream()  # captures run on a side stream, as the runner's do
                 stream.wait_stream(torch.cuda.current_stream())
                 with BreakableCUDAGraphCapture(
@@ -692,7 +725,7 @@ class Lifecycle:
                 entry.batch.global_num_token_non_padded_cpu = bucket
                 out = entry.run_once()
         out = out.reshape(bucket, self.H, self.D)
-        if not bool((out[n:] == 0).all()):
+        if n < bucket and not bool((out[n:] == 0).all()):
             raise AssertionError(f"{self.arm} {phase}: the bucket's padded rows of the output are not zero")
         return out[:n].float().cpu()
 
@@ -717,60 +750,88 @@ class Lifecycle:
             expected.append(o)
         self._record("decode graph" if graph else "decode", out, torch.cat(expected), reqs, before)
 
-    def time_extend(self, lens: list[int], *, graph: str = "none", reps: int = 20) -> float:
-        """Microseconds per KDA-layer extend of fresh requests of `lens`, as a server runs it (GPU only):
-        graph "none" eager (launches included), "prefill-graph" SGLang's breakable prefill CUDA graph path
-        (`kda_extend_in_graph` on the bucket's static tables; Triton extend only), "captured" the eager
-        layer call captured whole in a CUDA graph (what a capture of the Helion extend would cost)."""
+    def _fresh_batch(self, lens: list[int]):
+        """An extend of fresh requests (no prefix, no tracking) of `lens` tokens, and its inputs."""
         import torch
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
-        from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
 
         dev = self.device
         while len(self.requests) < len(lens):
             self.new_request()
         reqs = self.requests[: len(lens)]  # every call starts them afresh (no prefix)
-        seq_lens, n = list(lens), sum(lens)
-        batch = self._base_batch(ForwardMode.EXTEND, reqs, seq_lens, n, [i for t in lens for i in range(t)])
+        n = sum(lens)
+        batch = self._base_batch(ForwardMode.EXTEND, reqs, list(lens), n, [i for t in lens for i in range(t)])
         ext = torch.tensor(lens, dtype=torch.int32, device=dev)
         batch.extend_prefix_lens = torch.zeros_like(ext)
         batch.extend_prefix_lens_cpu = [0] * len(lens)
         batch.extend_seq_lens, batch.extend_seq_lens_cpu = ext, list(lens)
         batch.extend_start_loc = torch.cumsum(ext, 0) - ext
         batch.extend_num_tokens = n
+        batch.global_num_token_non_padded_cpu = n
         mixed, gate, beta = (t.to(dev) for t in self._tokens(n))
-        a, b = gate.unsqueeze(0), beta.unsqueeze(0)
+        return batch, mixed, gate, beta
 
-        def call():
-            return self.layer(batch, mixed_qkv=mixed, a=a, b=b)
+    def time_prefill(
+        self, lens: list[int], *, mode: str, reps: int = 20, metadata_each: bool = False
+    ) -> dict:
+        """Microseconds per prefill of fresh requests of `lens` through `self.body`, as a server runs it (GPU
+        only): mode "graph" SGLang's breakable prefill CUDA graph (captured for a bucket of exactly these
+        tokens; the KDA extend in the graph or an eager break, as SGLang decides for the arm), "eager" no
+        graph (prefill graphs off, or more sequences than the tables hold). The span runs from an event
+        before the first prefill to one after the last, so host time the GPU waits for counts; with
+        metadata_each every prefill prepares its metadata (the graph's `fill`, or the eager metadata) as a
+        forward does, else once before (per-layer figures). Returns {"us", "route"}, and for eager
+        "host_us": the host's time per call while the GPU is kept busy (launch cost alone)."""
+        import torch
 
-        with torch.no_grad(), forward_context(ForwardContext(attn_backend=self.backend)):
-            self.backend.init_forward_metadata(batch)
-            if graph == "prefill-graph":
-                if not self.kda.supports_prefill_graph_extend():
-                    raise ValueError(
-                        f"arm {self.arm}: SGLang captures no prefill graph for this extend kernel"
+        batch, mixed, gate, beta = self._fresh_batch(lens)
+        n = batch.extend_num_tokens
+        result = {}
+        with torch.no_grad():
+            if mode == "graph":
+                entry = self._prefill_graphs.get(n) or self._capture_prefill_graph(n)
+                for buf, value in zip(entry.static, (mixed, gate, beta), strict=True):
+                    buf.copy_(value)
+                context = self._prefill_context(batch)
+
+                def prepare():
+                    self.backend.prepare_forward_metadata_for_breakable_cuda_graph_replay(
+                        entry.metadata, batch
                     )
-                self.kda.prefill_graph_metadata = self.kda.init_prefill_graph_metadata(batch)
-            for _ in range(3):
-                call()
-            if graph in ("prefill-graph", "captured"):
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    call()
-                run = g.replay
+
+                run = entry.graph.replay
+            elif mode == "eager":
+                from sglang.srt.model_executor.forward_context import ForwardContext, forward_context
+
+                context = forward_context(ForwardContext(attn_backend=self.backend))
+                a, b = gate.unsqueeze(0), beta.unsqueeze(0)
+
+                def prepare():
+                    self.backend.init_forward_metadata(batch)
+
+                def run():
+                    return self.body(batch, mixed, a, b)
             else:
-                run = call
-            run()
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(reps):
-                run()
-            end.record()
-            torch.cuda.synchronize()
-            self.kda.prefill_graph_metadata = None
-        return start.elapsed_time(end) * 1e3 / reps
+                raise ValueError(f"mode must be graph or eager; got {mode!r}")
+            with context:
+                prepare()
+                in_graph = mode == "graph" and self.backend.linear_extend_in_graph()
+                result["route"] = "in graph" if in_graph else ("eager break" if mode == "graph" else "eager")
+                for _ in range(3):
+                    run()
+                torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(reps):
+                    if metadata_each:
+                        prepare()
+                    run()
+                end.record()
+                torch.cuda.synchronize()
+                result["us"] = round(start.elapsed_time(end) * 1e3 / reps, 2)
+                if mode == "eager":
+                    result["host_us"] = round(_host_time(run, reps), 2)
+        return result
 
     def _spec_info(self, input_ids, positions, seq_lens_cpu, bs: int, real_bs: int | None = None):
         import torch
@@ -974,6 +1035,22 @@ class Lifecycle:
             self.report.states[phase] = temporal[[r.slot for r in reqs]]
 
 
+def _host_time(run, reps: int) -> float:
+    """Microseconds of host time per call of `run`, issued while the GPU sleeps well past all of them
+    (nothing waits for the GPU, so only the launching is timed)."""
+    import time
+
+    import torch
+
+    torch.cuda._sleep(int(2e8))  # ~0.1 s at the H200's clocks
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        run()
+    elapsed = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    return elapsed * 1e6 / reps
+
+
 TREE_PARENTS = [-1, 0, 0, 1, 2, 3]  # two branches: 0-1-3-5 and 0-2-4
 
 
@@ -1090,25 +1167,26 @@ def problems(
     return found
 
 
-PREFILL_GRAPH_CASES = ((16,), (32,) * 8, (512,), (512,) * 4, (4096,))
+PREFILL_GRAPH_CASES = ((16,), (512,), (4096,))
 
 
-def prefill_graph_cost(heads: int | None = None, cases=PREFILL_GRAPH_CASES) -> list[dict]:
-    """Per KDA layer and prefill: the triton arm in SGLang's breakable prefill CUDA graph and eager, and
-    each Helion arm eager (as served: SGLang captures no prefill graph for a Helion extend) and captured."""
+def prefill_graph_cost(heads: int | None = None, cases=PREFILL_GRAPH_CASES, reps: int = 20) -> list[dict]:
+    """Per KDA layer and prefill, every arm: in SGLang's breakable prefill CUDA graph as served (the extend in
+    the graph or an eager break, as SGLang decides for the arm) and eager (prefill graphs off, or more
+    sequences than the graph's tables hold); eager also with its host time per call."""
     import torch
 
+    from kdakit import profiles
+
     rows = []
-    shape = served_shape(heads, graph_bs=0)
-    modes = {"triton": ("prefill-graph", "none"), "helion": ("none", "captured")}
-    modes["helion-upstream"] = modes["helion"]
-    for arm, arm_modes in modes.items():
+    shape = served_shape(heads, graph_bs=0, prefill_buckets=(1,))
+    for arm in profiles.arms():
         with Lifecycle(arm, shape) as life:
             for lens in cases:
-                for mode in arm_modes:
+                for mode in ("graph", "eager"):
                     row = {"arm": arm, "lens": list(lens), "mode": mode}
                     try:
-                        row["us"] = round(life.time_extend(list(lens), graph=mode), 2)
+                        row.update(life.time_prefill(list(lens), mode=mode, reps=reps))
                     except Exception as exc:  # noqa: BLE001 - a mode that cannot run is a result too
                         row["error"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
                         torch.cuda.synchronize()
@@ -1116,7 +1194,9 @@ def prefill_graph_cost(heads: int | None = None, cases=PREFILL_GRAPH_CASES) -> l
     return rows
 
 
-def served_shape(heads: int | None = None, state_dtype: str = "float32", graph_bs: int = 8) -> Shape:
+def served_shape(
+    heads: int | None = None, state_dtype: str = "float32", graph_bs: int = 8, **changes
+) -> Shape:
     """A served layer's shape (the PR's heads per GPU and head dim; prompts of 1, 37 and 300 tokens)."""
     return Shape(
         heads=heads or shapes.get("model", "heads"),
@@ -1124,6 +1204,7 @@ def served_shape(heads: int | None = None, state_dtype: str = "float32", graph_b
         state_dtype=state_dtype,
         prefill_lens=(1, 37, 300),
         graph_bs=graph_bs,
+        **changes,
     )
 
 

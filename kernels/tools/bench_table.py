@@ -40,7 +40,7 @@ def latest_raw(root: Path | None = None) -> Path:
     return found[-1]
 
 
-def _shown(path: Path) -> str:
+def shown(path: Path) -> str:
     """The record's path as the section names it: relative to the repository where it lies inside it."""
     path = Path(path).resolve()
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name
@@ -56,24 +56,26 @@ def section(raw: Path) -> str:
     stack = ", ".join(f"{k} {versions[k]}" for k in ("torch", "triton", "helion") if versions.get(k))
     mode = result.get("kernel_configs", {}).get("mode", "shipped")
     line = (
-        f"Record `{_shown(raw)}` ({result.get('created', '?')}): {env.get('gpu', '?')}, "
+        f"Record `{shown(raw)}` ({result.get('created', '?')}): {env.get('gpu', '?')}, "
         f"driver {env.get('driver', '?')}, {stack}; phases {','.join(result['config']['phases'])}, "
         f"configs {mode}."
     )
     return "\n".join([BEGIN, "", line, "", bench.render_table(result), "", END])
 
 
-def current(path: Path | None = None) -> str:
-    """The section as committed in BENCH.md ("" when it has none)."""
+def current(path: Path | None = None, markers: tuple[str, str] = (BEGIN, END)) -> str:
+    """The section between markers as committed in BENCH.md ("" when it has none)."""
+    begin, end = markers
     text = (path or BENCH_MD).read_text()
-    if BEGIN not in text or END not in text:
+    if begin not in text or end not in text:
         return ""
-    return text[text.index(BEGIN) : text.index(END) + len(END)]
+    return text[text.index(begin) : text.index(end) + len(end)]
 
 
-def write(new: str, path: Path | None = None) -> None:
+def write(new: str, path: Path | None = None, markers: tuple[str, str] = (BEGIN, END)) -> None:
+    begin, end = markers
     path = path or BENCH_MD
     text = path.read_text()
-    if BEGIN not in text or END not in text:
-        raise UsageError(f"{path} has no bench-table section ({BEGIN} ... {END})")
-    path.write_text(text[: text.index(BEGIN)] + new + text[text.index(END) + len(END) :])
+    if begin not in text or end not in text:
+        raise UsageError(f"{path} has no generated section ({begin} ... {end})")
+    path.write_text(text[: text.index(begin)] + new + text[text.index(end) + len(end) :])

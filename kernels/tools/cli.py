@@ -26,6 +26,7 @@ class _DefaultsShown(argparse.HelpFormatter):
 def register(sub: argparse._SubParsersAction) -> None:
     from kdakit.kernels import shapes
     from kdakit.kernels.tools import bench as bench_module
+    from kdakit.kernels.tools import served as served_module
     from kdakit.kernels.tools import upstream
     from kdakit.kernels.tuned import PREFILL_KERNELS
 
@@ -126,6 +127,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--dry-run", action="store_true", help="print the plan and target files, tune nothing")
     tune.set_defaults(func=cmd_autotune)
 
+    served = kernels.add_parser(
+        "served",
+        help="the prefill as SGLang serves it, per arm: one KDA layer and a layer stack through SGLang's "
+        "breakable prefill CUDA graph, and eager (GPU only)",
+        description="Per arm, through SGLang's own KDA backend and breakable prefill CUDA graph protocol: "
+        "per-layer extend in the graph as served and eager (with host time), a stack of KDA layers with "
+        "stand-in GPU work per layer, and the estimated prefill time of the PR's inputs. Writes "
+        "RESULTS_DIR/RUN_ID/HOST/served-prefill.json.",
+        formatter_class=_DefaultsShown,
+    )
+    stack_defaults = served_module.StackConfig()
+    served.add_argument("--heads", type=int, default=model["heads"], help="local KDA heads")
+    served.add_argument("--layer-cases", default=",".join(served_module.LAYER_CASES), help="BATCHxTOKENS,...")
+    served.add_argument("--stack-cases", default=",".join(served_module.STACK_CASES), help="BATCHxTOKENS,...")
+    served.add_argument("--layers", type=int, default=stack_defaults.layers, help="KDA layers in the stack")
+    served.add_argument("--hidden", type=int, default=stack_defaults.hidden, help="stand-in hidden size")
+    served.add_argument("--ffn", type=int, default=stack_defaults.ffn, help="stand-in MoE up/down width")
+    served.add_argument("--reps", type=int, default=stack_defaults.reps, help="timed stack prefills")
+    served.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
+    served.add_argument("--run-id", default=None, help="the run's folder name (default: served-<UTC time>)")
+    served.set_defaults(func=cmd_served)
     for name, (func, help_text, options) in _SIMPLE_COMMANDS.items():
         command = kernels.add_parser(name, help=help_text)
         for option, option_help in options.items():
@@ -257,6 +279,40 @@ def cmd_bench_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_served(args: argparse.Namespace) -> int:
+    from kdakit.kernels.tools import served
+
+    run_id = args.run_id or datetime.now(UTC).strftime("served-%Y%m%d-%H%M%S")
+    out_dir = Path(args.results_dir) / run_id / socket.gethostname()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record = served.run(args)
+    raw = out_dir / served.RAW_NAME
+    tmp = raw.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(raw)
+    print(served.render_table(record))
+    print(f"\nwrote {raw}")
+    return 0
+
+
+def cmd_served_table(args: argparse.Namespace) -> int:
+    from kdakit.kernels.tools import bench_table, served
+
+    raw = Path(args.raw) if args.raw else served.latest_raw()
+    section = served.section(raw)
+    markers = (served.BEGIN, served.END)
+    if args.write:
+        bench_table.write(section, markers=markers)
+        print(f"wrote the served-prefill table of {raw} into {bench_table.BENCH_MD}")
+        return 0
+    if args.check:
+        same = bench_table.current(markers=markers) == section
+        print(f"{bench_table.BENCH_MD}: " + ("up to date" if same else f"differs from the table of {raw}"))
+        return 0 if same else 1
+    print(section)
+    return 0
+
+
 _SWITCHES = {"--force", "--write", "--check", "--resolve"}  # options that take no value
 # name -> (handler, help, {option: its help}) of the subcommands whose options are switches and paths.
 _SIMPLE_COMMANDS = {
@@ -280,6 +336,14 @@ _SIMPLE_COMMANDS = {
         "print (or --write into kernels/BENCH.md) the current table from the newest record under "
         "measurements/kernels-bench/ (or RAW)",
         {"raw?": "a kernels-bench.json (default: the newest)",
+         "--write": "replace the section in kernels/BENCH.md",
+         "--check": "exit 1 when kernels/BENCH.md's section differs"},
+    ),
+    "served-table": (
+        cmd_served_table,
+        "print (or --write into kernels/BENCH.md) the served-prefill table from the newest record under "
+        "measurements/served-prefill/ (or RAW)",
+        {"raw?": "a served-prefill.json (default: the newest)",
          "--write": "replace the section in kernels/BENCH.md",
          "--check": "exit 1 when kernels/BENCH.md's section differs"},
     ),

@@ -23,13 +23,16 @@ CASES = {
     "tp8-bf16-tree": (8, "bfloat16", 2),
 }
 ARMS = ("triton", "helion", "helion-upstream")
+# prefill graph token buckets (SGLang's breakable prefill CUDA graph, captured and replayed per bucket)
+BUCKETS = (16, 128, 512)
+ROUTE = {"triton": "in graph", "helion": "in graph", "helion-upstream": "eager break"}
 _reports: dict[tuple[str, str], lifecycle.LifecycleReport] = {}
 
 
 def report(arm: str, case: str) -> lifecycle.LifecycleReport:
     if (arm, case) not in _reports:
         heads, state, topk = CASES[case]
-        shape = lifecycle.served_shape(heads, state_dtype=state, graph_bs=GRAPH_BS)
+        shape = lifecycle.served_shape(heads, state_dtype=state, graph_bs=GRAPH_BS, prefill_buckets=BUCKETS)
         _reports[arm, case] = lifecycle.run(arm, shape, topk=topk, device="cuda")
         print(lifecycle.summary(_reports[arm, case]))
         for e in _reports[arm, case].errors:
@@ -41,8 +44,13 @@ def report(arm: str, case: str) -> lifecycle.LifecycleReport:
 @pytest.mark.parametrize("arm", ARMS)
 def test_lifecycle_with_cuda_graphs_matches_fp64(arm, case):
     r = report(arm, case)
-    assert {"verify graph 1", "verify graph 2", "decode graph"} <= set(r.phases)
+    assert {"verify graph 1", "verify graph 2", "decode graph", *lifecycle.PREFILL_GRAPH_PHASES} <= set(
+        r.phases
+    )
     assert lifecycle.problems(r, device="cuda") == []
+    *graph_phases, too_many = lifecycle.PREFILL_GRAPH_PHASES
+    assert [r.routes[p] for p in graph_phases] == [ROUTE[arm]] * len(graph_phases)
+    assert r.routes[too_many].startswith("eager")
 
 
 @pytest.mark.parametrize("case", list(CASES))
