@@ -145,6 +145,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     served.add_argument("--hidden", type=int, default=stack_defaults.hidden, help="stand-in hidden size")
     served.add_argument("--ffn", type=int, default=stack_defaults.ffn, help="stand-in MoE up/down width")
     served.add_argument("--reps", type=int, default=stack_defaults.reps, help="timed stack prefills")
+    served.add_argument(
+        "--max-seqs", type=int, default=stack_defaults.max_seqs,
+        help="SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS: sequence slots of the graph's tables (more: eager)",
+    )  # fmt: skip
+    served.add_argument("--arms", default=None, help="a subset of the arms (default: all)")
     served.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
     served.add_argument("--run-id", default=None, help="the run's folder name (default: served-<UTC time>)")
     served.set_defaults(func=cmd_served)

@@ -49,6 +49,7 @@ class StackConfig:
     hidden: int = 4096
     ffn: int = 6144
     reps: int = 10
+    max_seqs: int = 128  # SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS (SGLang's default): the tables' sequence slots
 
 
 def parse_cases(text: str) -> list[tuple[int, int]]:
@@ -101,7 +102,9 @@ def measure(arms: list[str], layer_cases, stack_cases, cfg: StackConfig, heads: 
 
     layer_rows, stack_rows = [], []
     for arm in arms:
-        shape = lifecycle.served_shape(heads, graph_bs=0, prefill_buckets=(1,), prefill_graph_max_seqs=128)
+        shape = lifecycle.served_shape(
+            heads, graph_bs=0, prefill_buckets=(1,), prefill_graph_max_seqs=cfg.max_seqs
+        )
         with lifecycle.Lifecycle(arm, shape) as life:
             for case in layer_cases:
                 for mode in ("graph", "eager"):
@@ -114,7 +117,7 @@ def measure(arms: list[str], layer_cases, stack_cases, cfg: StackConfig, heads: 
                     log(f"layer {row}")
                     layer_rows.append(row)
         stack = lifecycle.served_shape(
-            heads, graph_bs=0, prefill_buckets=(1,), prefill_graph_max_seqs=128, layers=cfg.layers
+            heads, graph_bs=0, prefill_buckets=(1,), prefill_graph_max_seqs=cfg.max_seqs, layers=cfg.layers
         )
         with lifecycle.Lifecycle(arm, stack) as life:
             for case in stack_cases:
@@ -143,8 +146,13 @@ def run(args) -> dict:
     from kdakit import profiles
     from kdakit.kernels.tools import bench
 
-    cfg = StackConfig(layers=args.layers, hidden=args.hidden, ffn=args.ffn, reps=args.reps)
-    arms = list(profiles.arms())
+    cfg = StackConfig(
+        layers=args.layers, hidden=args.hidden, ffn=args.ffn, reps=args.reps, max_seqs=args.max_seqs
+    )
+    arms = [a.strip() for a in args.arms.split(",")] if args.arms else list(profiles.arms())
+    unknown = set(arms) - set(profiles.arms())
+    if unknown:
+        raise UsageError(f"--arms: unknown {', '.join(sorted(unknown))}; arms: {', '.join(profiles.arms())}")
     layer_rows, stack_rows = measure(
         arms, parse_cases(args.layer_cases), parse_cases(args.stack_cases), cfg, heads=args.heads
     )

@@ -1,0 +1,57 @@
+"""kernels/BENCH.md's served-prefill section is generated from the record it names (`kdakit kernels
+served-table --write RAW`), and the record's verdicts follow its numbers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+from kdakit.kernels.tools import bench_table, served
+
+MARKERS = (served.BEGIN, served.END)
+
+
+def test_bench_md_section_is_generated_from_the_record_it_names():
+    section = bench_table.current(markers=MARKERS)
+    named = re.search(r"Record `([^`]+)`", section)
+    assert named, "BENCH.md's served-prefill section names no record"
+    raw = bench_table.REPO / named.group(1)
+    assert section == served.section(raw), f"run `kdakit kernels served-table --write {named.group(1)}`"
+
+
+def test_every_record_renders_and_names_each_arm_and_case():
+    for raw in sorted(served.RECORDS.glob(f"*/*/{served.RAW_NAME}")):
+        record = served.read(raw)
+        table = served.render_table(record)
+        for arm in record["config"]["arms"]:
+            assert f"| {arm} | prefill graph (as served) |" in table
+        for row in record["layer"]:
+            assert row["case"] in table
+
+
+def test_verdicts_follow_the_ratio_of_the_two_arms():
+    raw = next(iter(sorted(served.RECORDS.glob(f"*/*/{served.RAW_NAME}"))))
+    record = json.loads(raw.read_text())
+    faster = copy.deepcopy(record)
+    for row in faster["layer"]:
+        if row["arm"] == "helion" and "us" in row:
+            base = served._find(record["layer"], "triton", row["case"], row["mode"])
+            row["us"] = base["us"] * 0.4
+    assert all(line.endswith(": met") for line in served.verdicts(faster))
+    slower = copy.deepcopy(faster)
+    for row in slower["layer"]:
+        if row["arm"] == "helion" and "us" in row:
+            row["us"] *= 10
+    assert all(line.endswith(": MISSED") for line in served.verdicts(slower))
+
+
+def test_ttft_estimate_scales_the_chunk_case_to_the_input():
+    record = {
+        "config": {"chunked_prefill_size": 8192, "arms": ["triton"]},
+        "stack": [{"arm": "triton", "case": "1x4096", "mode": "graph", "us": 1000.0}],
+    }
+    (short, long) = served.ttft_estimates(record)
+    assert (short["tokens"], short["ms"], short["chunks"]) == (4096, 1.0, 1)
+    # 32768 tokens: 4 chunks of 8192, each twice the timed 4096-token prefill
+    assert (long["tokens"], long["ms"], long["chunks"]) == (32768, 8.0, 4)
