@@ -143,8 +143,9 @@ def measure(arms: list[str], layer_cases, stack_cases, cfg: StackConfig, heads: 
 def run(args) -> dict:
     from datetime import UTC, datetime
 
-    from kdakit import profiles
     from kdakit.kernels.tools import bench
+
+    from kdakit import profiles
 
     cfg = StackConfig(
         layers=args.layers, hidden=args.hidden, ffn=args.ffn, reps=args.reps, max_seqs=args.max_seqs
@@ -205,9 +206,8 @@ def verdicts(record: dict) -> list[str]:
             continue
         ratio = mine["us"] / base["us"]
         goal = f"<= {target:.2f}x" + (f" (moonshot <= {MOONSHOT[case]:.2f}x)" if case in MOONSHOT else "")
-        lines.append(
-            f"- in graph {case}: {ratio:.2f}x triton's, target {goal}: {'met' if ratio <= target else 'MISSED'}"
-        )
+        met = "met" if ratio <= target else "MISSED"
+        lines.append(f"- in graph {case}: {ratio:.2f}x triton's, target {goal}: {met}")
     for case in TARGETS:
         mine, base = _find(rows, "helion", case, "eager"), _find(rows, "triton", case, "eager")
         if mine and base and "us" in mine and "us" in base:
