@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
 from kdakit import access
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 HERE = Path(__file__).parent
 spec = importlib.util.spec_from_file_location(
