@@ -39,11 +39,14 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from kdakit import bounded, context, results, telemetry
+from kdakit import access, bounded, context, integrity, results, telemetry
 from kdakit.errors import UsageError
 
 PROTOCOLS_FILE = Path(__file__).with_name("protocols.toml")
-CLIENT = [sys.executable, "-m", "sglang.benchmark.serving"]
+# SGLang's client, its flush carrying the admin key (bench/sglang_client.py says why).
+CLIENT = [sys.executable, "-m", "kdakit.bench.sglang_client"]
+# The client's own warm-up requests before each run's measured ones (it sends them to the server too).
+CLIENT_WARMUP_REQUESTS = 1
 DATASETS = ("sharegpt", "random-ids")
 RANDOM_IDS_NOTE = (
     "dataset random-ids (random token ids, ShareGPT not staged): EAGLE acceptance length, and so throughput, "
@@ -130,6 +133,7 @@ def client_argv(
         "--output-file", str(output_file),
         "--tag", tag,
         "--output-details",  # per-request errors (with their HTTP reasons) in the JSONL line
+        "--warmup-requests", str(CLIENT_WARMUP_REQUESTS),
     ]  # fmt: skip
     if protocol.flush_cache:
         argv.append("--flush-cache")  # after the client's warm-up request, before the measured ones
@@ -289,6 +293,7 @@ def run_serving(args: argparse.Namespace) -> int:
 
     recorder = telemetry.Recorder(raw / "telemetry.csv").start()
     hung: str | None = None
+    unchecked = False  # a measured run whose server counter could not be read
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("serving benchmark", total=n * runs)
         for i, point in enumerate(protocol.points, 1):
@@ -335,11 +340,21 @@ def run_serving(args: argparse.Namespace) -> int:
                     protocol, point, **common, output_file=jsonl, num_prompts=point.num_prompts,
                     tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
                 )  # fmt: skip
-                with recorder.window(f"{point.label} run {j}"):
+                with recorder.window(f"{point.label} run {j}"), integrity.Window(base_url) as window:
                     outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol, env)
+                requests_seen = window.check(point.num_prompts + CLIENT_WARMUP_REQUESTS)
+                access.scrub_tree(folder)  # the client's JSONL copies /server_info, keys included
                 error = limited(outcome, f"run {j}")
                 if error:
                     break
+                if requests_seen["foreign"]:
+                    error = integrity.foreign_line(
+                        f"{where['host']}: {point.input_len}/{point.output_len} C{point.concurrency} run {j}",
+                        requests_seen["foreign"],
+                    )
+                    print(f"[bench] {error}", file=sys.stderr, flush=True)
+                    break
+                unchecked = unchecked or requests_seen["server"] is None
                 try:
                     parsed = parse_client_output(jsonl, point.num_prompts)
                     if outcome.code != 0:
@@ -348,7 +363,8 @@ def run_serving(args: argparse.Namespace) -> int:
                     error = f"run {j}: {exc} (see {point.label}/run{j}.log)"
                     http_errors = exc.http_errors
                     break
-                server_info = parsed.pop("server_info")
+                server_info = access.redact(parsed.pop("server_info"))
+                parsed["requests"] = requests_seen
                 if server_args is None and isinstance(server_info, dict):
                     server_args = server_info
                 parsed["index"] = j
@@ -390,6 +406,8 @@ def run_serving(args: argparse.Namespace) -> int:
         notes.append("prefix cache flushed after each client warm-up, before every measured run")
     if dataset == "random-ids":
         notes.append(RANDOM_IDS_NOTE)
+    if unchecked:
+        notes.append(integrity.UNCHECKED_NOTE)
     if hung:
         notes.append(f"partial: {hung}; later points not run")
     notes += tel.get("warnings", [])

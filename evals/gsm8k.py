@@ -35,7 +35,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kdakit import bounded, context, results, telemetry
+from kdakit import access, bounded, context, integrity, results, telemetry
 from kdakit.errors import UsageError
 
 HERE = Path(__file__).parent
@@ -330,8 +330,10 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             recorder = telemetry.Recorder(raw / "telemetry.csv")
-            with recorder, recorder.window(f"run {j}"):
+            with recorder, recorder.window(f"run {j}"), integrity.Window(base_url) as window:
                 outcome = _tool_run(protocol, argv, raw, env, model)
+            counted = window.check(0)  # the kit's own count is known once the results are read
+            access.scrub_tree(raw)
             log_name = f"{protocol.tool}.log"
             metrics = {
                 "run_index": j,
@@ -383,6 +385,18 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                 except (RuntimeError, KeyError, ValueError) as exc:
                     failure = f"{protocol.tool} output unreadable: {exc}"
                     metrics["status"] = "failed"
+            if counted["server"] is None:
+                notes_extra = [integrity.UNCHECKED_NOTE]
+            else:
+                notes_extra = []
+                sent = metrics["n_questions"]  # one request per question, whichever tool
+                metrics["requests"] = {"sent": sent, "server": counted["server"],
+                                       "foreign": max(0, counted["server"] - sent)}  # fmt: skip
+                if metrics["requests"]["foreign"] and not failure:
+                    failure = integrity.foreign_line(
+                        f"{where['host']}: gsm8k {protocol.name} run {j}", metrics["requests"]["foreign"]
+                    )
+                    metrics["status"] = "failed"
             if metrics["http_errors"]:
                 codes = ", ".join(f"HTTP {c} x{n}" for c, n in sorted(metrics["http_errors"].items()))
                 print(f"[gsm8k] run {j}: the server answered some requests with errors: {codes}",
@@ -402,7 +416,7 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                     f"limited run: {q['count']} of the protocol's {full_rows} questions; not comparable with "
                     "the protocol's published number"
                 )
-            notes += recorder.summary.get("warnings", [])
+            notes += recorder.summary.get("warnings", []) + notes_extra
             record = context.new_record(
                 "gsm8k", where, protocol=protocol.name, metrics=metrics, notes=notes, artifacts=artifacts
             )

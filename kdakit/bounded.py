@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 
+from kdakit import access
 from kdakit.errors import UsageError
 
 
@@ -106,9 +107,12 @@ def run_bounded(
 def probe(url: str, timeout: float = 5.0) -> str:
     """What a GET of url gives, in words: 'answers', 'HTTP 503', 'refused ...', 'no answer within 5 s'."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        request = urllib.request.Request(url, headers=access.auth_headers())
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return "answers" if response.status == 200 else f"HTTP {response.status}"
     except urllib.error.HTTPError as exc:
+        if exc.code == 401:
+            return f"HTTP 401 (the server wants the run's API key in ${access.API_KEY_ENV})"
         return f"HTTP {exc.code}"
     except (TimeoutError, urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)

@@ -16,7 +16,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kdakit import profiles, provenance, results
+from kdakit import access, profiles, provenance, results
 from kdakit.errors import UsageError
 
 ARMS = (*profiles.arms(), "unknown")  # the launch arms (kdakit/profiles/arms.toml)
@@ -52,7 +52,8 @@ def normalize_base_url(url: str) -> str:
 
 def get_json(url: str, timeout: float = 10.0) -> dict | None:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        request = urllib.request.Request(url, headers=access.auth_headers())
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read().decode())
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -64,7 +65,8 @@ def server_info(base_url: str) -> dict | None:
         info = get_json(f"{base_url}/get_server_info")
     if isinstance(info, dict) and "decode" in info and isinstance(info["decode"], list) and info["decode"]:
         info = info["decode"][0]  # disaggregated servers report per role
-    return info if isinstance(info, dict) else None
+    # SGLang's /server_info holds its keys (api_key, admin_api_key, launch_command): never recorded.
+    return access.redact(info) if isinstance(info, dict) else None
 
 
 def served_model(base_url: str) -> str | None:

@@ -12,7 +12,7 @@ import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kdakit import __version__, pins
+from kdakit import __version__, access, pins
 from kdakit.errors import UsageError
 from kdakit.plan import Plan, add_plan_arguments, plan_from_args
 
@@ -55,10 +55,25 @@ def check_helion_kernels(plan: Plan) -> None:
         raise UsageError(last[last.find("kdakit: ") :] if "kdakit: " in last else last)
 
 
-def write_record(plan: Plan, results: Path) -> Path:
+def key_flags(open_: bool, env: dict[str, str] | None = None) -> list[str]:
+    """The key flags `kdakit serve` appends (SGLang reads the keys only from its command line)."""
+    api_key, admin_key = access.keys_from_env(env)
+    if open_:
+        return []
+    if not api_key or not admin_key:
+        raise UsageError(
+            f"no API key in ${access.API_KEY_ENV} and no admin key in ${access.ADMIN_API_KEY_ENV} (the "
+            "playbooks put both in the server's env file); pass --open to serve without keys on purpose"
+        )
+    return [access.API_KEY_FLAG, api_key, access.ADMIN_API_KEY_FLAG, admin_key]
+
+
+def write_record(plan: Plan, results: Path, open_: bool = False) -> Path:
     results.mkdir(parents=True, exist_ok=True)
     record = {
         **plan.as_dict(),
+        "argv": access.redact_argv(plan.argv),
+        "access": "open" if open_ else "keys",
         "kdakit_version": __version__,
         "pins": pins.load(),
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -74,7 +89,8 @@ def write_record(plan: Plan, results: Path) -> Path:
 def _run(args) -> int:
     plan = plan_from_args(args)
     live = check_with_live_parser(plan)
-    path = write_record(plan, Path(args.results))
+    plan.argv += key_flags(args.open)
+    path = write_record(plan, Path(args.results), args.open)
     print(
         f"kdakit serve: {plan.sku}/{plan.arm}; command recorded in {path}"
         f"{'' if live else ' (SGLang not importable here: validated against the snapshot only)'}",
@@ -82,7 +98,7 @@ def _run(args) -> int:
         flush=True,
     )
     if args.dry_run:
-        print(plan.text())
+        print(Plan(plan.sku, plan.arm, access.redact_argv(plan.argv), plan.env).text())
         return 0
     if shutil.which(plan.argv[0]) is None:
         raise UsageError(f"{plan.argv[0]!r} is not on PATH: run `kdakit serve` inside the kdakit image")
@@ -96,4 +112,10 @@ def register(sub) -> None:
     add_plan_arguments(p)
     p.add_argument("--results", required=True, help="run folder that receives server-command.json")
     p.add_argument("--dry-run", action="store_true", help="record and print, but do not start SGLang")
+    p.add_argument(
+        "--open",
+        action="store_true",
+        help=f"serve without keys (default: --api-key from ${access.API_KEY_ENV}, --admin-api-key from "
+        f"${access.ADMIN_API_KEY_ENV}); recorded in server-command.json",
+    )
     p.set_defaults(func=_run)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import socket
 import statistics
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 from kdakit.bench import serving
 
-from kdakit import cli, results
+from kdakit import access, cli, results
 
 HERE = Path(__file__).parent
 spec = importlib.util.spec_from_file_location("kdakit_test_fake_openai", HERE / "fakes" / "openai_server.py")
@@ -58,14 +59,18 @@ def real_run(tmp_path_factory):
     """Two runs of `python -m sglang.benchmark.serving` via `kdakit bench serving` (about 20 s each: imports).
 
     The double's accept length drifts by 0.125 per request, so a run's accept length tells which requests
-    it covers; its request log shows every generation request and every flush in order."""
+    it covers; its request log shows every generation request and every flush in order. The double holds
+    the run's keys as the kit serves (api and admin key) and counts requests on /metrics."""
     tmp = tmp_path_factory.mktemp("bench-real")
     tokenizer = tiny_tokenizer.build(tmp / "tok")
-    args = ["--accept-length", "3.25", "--accept-drift", "0.125"]
+    args = ["--accept-length", "3.25", "--accept-drift", "0.125", "--enable-metrics"]
+    args += ["--api-key", RUN_KEYS[access.API_KEY_ENV], "--admin-api-key", RUN_KEYS[access.ADMIN_API_KEY_ENV]]
     args += ["--request-log", str(tmp / "requests.jsonl")]
     for phase in ("prefill", "decode", "verify"):
         args += ["--server-arg", f"linear_attn_{phase}_backend=helion"]
     proc, url = fake.start_background(*args)
+    saved = {k: os.environ.get(k) for k in RUN_KEYS}
+    os.environ.update(RUN_KEYS)  # as the env file gives them to the bench container
     try:
         protocols = write_protocols(
             tmp,
@@ -79,9 +84,31 @@ def real_run(tmp_path_factory):
              "--sku", "H200"]
         )  # fmt: skip
     finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         proc.terminate()
         proc.wait(timeout=10)
     return code, tmp / "serving", tmp / "requests.jsonl"
+
+
+RUN_KEYS = {
+    access.API_KEY_ENV: "bench-api-key-" + "q" * 30,
+    access.ADMIN_API_KEY_ENV: "bench-admin-" + "z" * 30,
+}
+
+
+def test_with_the_run_keys_only_the_kit_reached_the_server_and_no_key_was_written(real_run):
+    code, out, _ = real_run
+    assert code == 0
+    record = results.read_result(out / "helion-tiny.result.json")
+    (point,) = record["metrics"]["points"]
+    # Its warm-up request and 4 measured ones, by the client's count and by the server's counter.
+    assert [r["requests"] for r in point["runs"]] == [{"sent": 5, "server": 5, "foreign": 0}] * 2
+    assert not any("not readable" in note for note in record["notes"])
+    for path in out.rglob("*"):
+        if path.is_file():
+            for key in RUN_KEYS.values():
+                assert key.encode() not in path.read_bytes(), path
 
 
 def test_each_run_flushes_and_its_accept_length_covers_only_its_own_requests(real_run):
@@ -132,7 +159,7 @@ def test_real_client_output_is_parsed_and_recorded(real_run):
     )
     assert any("random-ids" in note and "acceptance length" in note for note in record["notes"])
     log = (out / "helion-tiny" / "i48-o12-c2" / "run1.log").read_text()
-    assert "sglang.benchmark.serving" in log.splitlines()[0] and "--seed 42" in log.splitlines()[0]
+    assert "sglang_client" in log.splitlines()[0] and "--seed 42" in log.splitlines()[0]
 
 
 REPLAY_CLIENT = """
@@ -294,7 +321,8 @@ def test_pr_protocol_client_flags():
                  "--random-input-len 4096", "--random-output-len 1024", "--random-range-ratio 1.0",
                  "--num-prompts 192",
                  "--max-concurrency 48", "--request-rate inf", "--seed 42", "--temperature 0.0",
-                 "--output-file /o/run1.jsonl", "--output-details", "--flush-cache"):  # fmt: skip
+                 "--output-file /o/run1.jsonl", "--output-details", "--flush-cache",
+                 "--warmup-requests 1"):  # fmt: skip
         assert flag in text
     assert "--disable-ignore-eos" not in text  # EOS ignored, the client's default
     assert protocol.runs == 3 and protocol.warmup
@@ -320,3 +348,53 @@ def test_parser_rejects_incomplete_or_appended_output(tmp_path):
     path.write_text(json.dumps({**row, "completed": 6}) + "\n")
     with pytest.raises(serving.RunFailed, match="completed 6 of 8 requests"):
         serving.parse_client_output(path, 8)
+
+
+COUNTING_CLIENT = """
+import json, sys, urllib.request
+argv = sys.argv[1:]
+opt = lambda name: argv[argv.index(name) + 1]
+url, tag, n = opt("--base-url"), opt("--tag"), int(opt("--num-prompts")) + int(opt("--warmup-requests"))
+def send():
+    body = json.dumps({{"text": "hello", "sampling_params": {{"max_new_tokens": 2}}}}).encode()
+    urllib.request.urlopen(urllib.request.Request(url + "/generate", data=body), timeout=10).read()
+for i in range(n):  # the client's own requests: its warm-up, then the measured ones
+    send()
+    if i == 2 and tag.endswith({inject!r}):  # someone else's requests land inside the measured window
+        for _ in range(3):
+            send()
+row = dict(json.loads(open({template!r}).read()), tag=tag, completed=int(opt("--num-prompts")))
+with open(opt("--output-file"), "a") as f:
+    f.write(json.dumps(row) + "\\n")
+"""
+
+
+def test_a_foreign_request_during_a_measured_run_fails_the_point_with_one_line(real_run, tmp_path, capsys):
+    """An open server (kdakit_server_open): 3 requests the kit did not send arrive during run 2."""
+    _, out, _ = real_run
+    template = tmp_path / "line.json"
+    template.write_text((out / "helion-tiny" / "i48-o12-c2" / "run1.jsonl").read_text().splitlines()[0])
+    client = tmp_path / "client.py"
+    client.write_text(COUNTING_CLIENT.format(inject=":run2", template=str(template)))
+    protocols = write_protocols(
+        tmp_path, ["{ input_len = 4096, output_len = 1024, concurrency = 16, num_prompts = 6 }"], 3, False
+    )
+    proc, url = fake.start_background("--enable-metrics")
+    try:
+        code = cli.main(
+            ["bench", "serving", "--base-url", url, "--protocol", "tiny", "--protocols", str(protocols),
+             "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o"), "--arm", "triton", "--host", "h1",
+             "--client-cmd", f"{sys.executable} {client}"]
+        )  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert code == 1
+    line = "h1: 4096/1024 C16 run 2: 3 requests not sent by the kit reached the server during the run"
+    record = results.read_result(tmp_path / "o" / "triton-tiny.result.json")
+    (point,) = record["metrics"]["points"]
+    assert (
+        point["status"] == "failed" and point["error"] == line and point["median_output_throughput"] is None
+    )
+    assert [r["requests"] for r in point["runs"]] == [{"sent": 7, "server": 7, "foreign": 0}]
+    assert f"[bench] {line}" in capsys.readouterr().err.splitlines()

@@ -7,13 +7,15 @@ import importlib.util
 import json
 import math
 import sys
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 from kdakit.evals import gsm8k
 
-from kdakit import cli, report, results
+from kdakit import access, cli, report, results
 
 FAKE_PATH = Path(__file__).parent / "fakes" / "openai_server.py"
 FAKE_NVIDIA_SMI = Path(__file__).parent / "fakes" / "nvidia_smi.py"
@@ -128,8 +130,16 @@ def test_pr_protocol_is_sglang_run_eval_with_the_prs_rows_shots_and_flags(tmp_pa
     monkeypatch.setenv("KDAKIT_NVIDIA_SMI", str(FAKE_NVIDIA_SMI))
     monkeypatch.setenv("FAKE_NVIDIA_SMI", str(smi_state))
     rate, seed = 0.05, 3
+    keys = {
+        access.API_KEY_ENV: "gsm8k-api-key-" + "r" * 30,
+        access.ADMIN_API_KEY_ENV: "gsm8k-admin-" + "s" * 30,
+    }
+    for name, value in keys.items():  # as the env file gives them to the eval container
+        monkeypatch.setenv(name, value)
     proc, url = fake.start_background("--error-rate", str(rate), "--seed", str(seed), "--token-delay-ms", "2",
-                                      "--request-log", str(request_log))  # fmt: skip
+                                      "--request-log", str(request_log), "--enable-metrics",
+                                      "--api-key", keys[access.API_KEY_ENV],
+                                      "--admin-api-key", keys[access.ADMIN_API_KEY_ENV])  # fmt: skip
     try:
         code = cli.main(
             ["eval", "gsm8k", "--base-url", url, "--protocol", "pr", "--out", str(tmp_path / "g"),
@@ -157,6 +167,8 @@ def test_pr_protocol_is_sglang_run_eval_with_the_prs_rows_shots_and_flags(tmp_pa
         record = results.read_result(tmp_path / "g" / f"triton-pr-run{j}.result.json")
         m = record["metrics"]
         assert m["status"] == "ok" and m["accuracy_numeric"] == expected and m["verdict_metric"] == "numeric"
+        # run_eval reached the keyed server through the key the kit gave it, and nobody else did
+        assert m["requests"] == {"sent": 100, "server": 100, "foreign": 0}
         assert m["tool"]["name"] == "sglang-run-eval" and m["tool"]["version"] == "0.5.23"
         argv = " ".join(m["tool"]["argv"])
         assert argv.startswith("-m sglang.test.run_eval ") and "--num-threads 8 --max-tokens 4096" in argv
@@ -178,6 +190,43 @@ def test_pr_protocol_is_sglang_run_eval_with_the_prs_rows_shots_and_flags(tmp_pa
     assert "Warnings (measured runs only): triton-pr-run1.result.json: GPU 0 throttled during run 1" in md
     assert len(list((tmp_path / "report" / "report-plots").glob("telemetry-triton-pr-run*.png"))) == 2
     assert "| not published (pr, H200, triton) | n/a |" in md  # matched on GPU and arm, SKU normalised
+    for path in (tmp_path / "g").rglob("*"):
+        if path.is_file():
+            assert not any(k.encode() in path.read_bytes() for k in keys.values()), path
+
+
+def test_a_foreign_request_during_a_gsm8k_run_fails_it_with_one_line(tmp_path, capsys):
+    """An open server: 3 requests the kit did not send arrive while run_eval runs."""
+    proc, url = fake.start_background("--token-delay-ms", "20", "--enable-metrics")
+
+    def inject():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(url + "/fake/stats", timeout=5) as r:
+                if json.loads(r.read()).get("generation_requests", 0) >= 1:
+                    break
+            time.sleep(0.05)
+        for _ in range(3):
+            body = json.dumps({"text": "x", "sampling_params": {"max_new_tokens": 1}}).encode()
+            urllib.request.urlopen(urllib.request.Request(url + "/generate", data=body), timeout=10).read()
+
+    injector = threading.Thread(target=inject)
+    try:
+        injector.start()
+        code = cli.main(
+            ["eval", "gsm8k", "--base-url", url, "--protocol", "pr", "--limit", "10", "--runs", "1",
+             "--out", str(tmp_path / "g"), "--host", "h1", "--sku", "h200", "--arm", "helion"]
+        )  # fmt: skip
+    finally:
+        injector.join(timeout=60)
+        proc.terminate()
+        proc.wait(timeout=10)
+    line = "h1: gsm8k pr run 1: 3 requests not sent by the kit reached the server during the run"
+    assert code == 3
+    m = results.read_result(tmp_path / "g" / "helion-pr-run1.result.json")["metrics"]
+    assert m["status"] == "failed" and m["error"] == line and m["verdict"] == "no result"
+    assert m["requests"] == {"sent": 10, "server": 13, "foreign": 3}
+    assert f"[gsm8k] {line}" in capsys.readouterr().err
 
 
 def test_hung_server_stops_the_run_within_its_limit_and_keeps_the_record(tmp_path, capsys):

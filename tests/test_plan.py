@@ -59,7 +59,8 @@ def test_h200_helion_plan_is_the_prs_launch_command():
         "--reasoning-parser": "glm45",
         "--tool-call-parser": "glm47",
         "--random-seed": "42",
-        "--host": "0.0.0.0",
+        "--enable-metrics": None,
+        "--host": "127.0.0.1",
         "--port": "30000",
         "--model-path": "/models/GLM-5.3-Flash",
     }
@@ -102,7 +103,7 @@ def test_overrides_replace_in_place_and_aliases_do_not_duplicate():
     p = plan.render(
         "h200",
         "helion",
-        settings=["--tensor-parallel-size=8", "mem-fraction-static=0.8", "--enable-metrics"],
+        settings=["--tensor-parallel-size=8", "mem-fraction-static=0.8", "--enable-cache-report"],
         unset=["--trust-remote-code"],
         model_path="/data/glm",
         port=9000,
@@ -110,7 +111,7 @@ def test_overrides_replace_in_place_and_aliases_do_not_duplicate():
     f = flags_of(p)
     assert f["--tp-size"] == "8" and "--tensor-parallel-size" not in f
     assert f["--mem-fraction-static"] == "0.8"
-    assert "--enable-metrics" in f and f["--enable-metrics"] is None
+    assert "--enable-cache-report" in f and f["--enable-cache-report"] is None
     assert "--trust-remote-code" not in f
     assert (f["--model-path"], f["--port"]) == ("/data/glm", "9000")
     assert p.argv.count("--tp-size") == 1

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kdakit import access
 from kdakit.report import load_published
 from tests.infra import bench_client_image, dockerd, fake_server_image, images, sshhosts
 
@@ -144,6 +145,13 @@ def cluster(tarballs, tmp_path_factory):
                 "llm",
                 "--server-arg",
                 f"model_path={MODEL_MOUNT}",
+                # Started in place of `kdakit serve`, the double reads the run's keys from the env file's
+                # variables (kdakit serve would pass them as SGLang's --api-key/--admin-api-key).
+                "--api-key-env",
+                access.API_KEY_ENV,
+                "--admin-api-key-env",
+                access.ADMIN_API_KEY_ENV,
+                "--enable-metrics",
             ],
             "kdakit_model_mount": MODEL_MOUNT,
             "kdakit_server_ready_timeout": 60,
@@ -245,12 +253,24 @@ def test_full_flow_and_faults(cluster):
     )
     env_file = cluster["hosts"][0].root / "state" / "kdakit-sglang.env"
     assert env_file.stat().st_mode & 0o777 == 0o600
+    # The run's keys, made on the controller, reach the host only in that file; without them the server
+    # refuses the request path (from the host itself: it listens on 127.0.0.1 inside h1's namespace).
+    run_keys = access.parse_env_text(env_file.read_text())
+    h2_keys = access.parse_env_text((cluster["hosts"][1].root / "state" / "kdakit-sglang.env").read_text())
+    keys = [
+        env[name] for env in (run_keys, h2_keys) for name in (access.API_KEY_ENV, access.ADMIN_API_KEY_ENV)
+    ]
+    assert run_keys[access.KEYS_RUN_ENV] == run_id and all(len(k) >= 40 for k in keys)
+    assert len(set(keys)) == 4  # each host its own
+    for text in (deploy.stdout, deploy.stderr):
+        assert not any(k in text for k in keys), "a key leaked into the deploy's output"
 
     again = make(
         cluster, "deploy-h200", f"RUN_ID={run_id}", "ARM=helion", "EXTRA=-e kdakit_preflight_allreduce=false"
     )
     r = recap(again)
     assert r["h1"]["changed"] == 0 and r["h2"]["changed"] == 0, again.stdout[-4000:]
+    assert access.parse_env_text(env_file.read_text()) == run_keys  # same run, same keys
     # (h3 is left out: its provenance.json records the controller's git HEAD, which may move between runs.)
 
     # DRY_RUN=1 for another run id: check mode reports the changes (new run folder, new server container)
@@ -284,9 +304,18 @@ def test_full_flow_and_faults(cluster):
         assert image_id.startswith("sha256:")
         # eval and bench ran in that image and say so in their records
         assert {r["provenance"]["image_id"] for r in by_kind.values()} == {image_id}
+        # Every measured run was checked against the server's own request counter.
+        serving = by_kind["serving"]["metrics"]["points"]
+        assert all(r["requests"]["foreign"] == 0 for p in serving for r in p["runs"])
+        assert by_kind["gsm8k"]["metrics"]["requests"]["foreign"] == 0
+        prov = json.loads((host_dir / "provenance.json").read_text())
+        assert prov["server_access"].startswith("kit only: 127.0.0.1")
+    for proc in (gsm8k, bench, collect):
+        assert not any(k in proc.stdout + proc.stderr for k in keys), "a key leaked into a step's output"
     for path in results.rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), f"the HF token leaked into {path}"
+            assert not any(k.encode() in path.read_bytes() for k in keys), f"a run key leaked into {path}"
 
     down = make(cluster, "teardown", f"RUN_ID={run_id}", "ARM=helion")
     assert down.returncode == 0, down.stdout[-3000:]

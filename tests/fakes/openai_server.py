@@ -8,7 +8,9 @@ Python 3 standard library only (it runs in a bare Debian image with python3 and 
                              [--accept-length 3.5] [--server-arg KEY=VALUE ...]
                              [--token-delay-ms 0] [--fail-at-start] [--log-requests]
                              [--request-log FILE] [--accept-drift 0.0] [--hang-after N]
-                             [--error-status CODE --error-every K]
+                             [--error-status CODE --error-every K] [--enable-metrics]
+                             [--api-key KEY] [--admin-api-key KEY]
+                             [--api-key-env NAME] [--admin-api-key-env NAME]
 
   --port 0            pick a free port; the first stdout line is always
                       "kdakit-fake-openai listening on http://HOST:PORT"
@@ -35,8 +37,21 @@ Python 3 standard library only (it runs in a bare Debian image with python3 and 
   --server-arg K=V    extra server args reported by /server_info (repeatable; V parsed as JSON if it can be).
   --token-delay-ms MS sleep between streamed tokens (0: as fast as possible).
   --fail-at-start     print an error and exit 3 at once (fault tests: a server container that dies).
+  --enable-metrics    serve GET /metrics in Prometheus text with SGLang's request counter,
+                      sglang:num_requests_total{model_name=...,is_streaming=...}; without it /metrics is 404.
+                      A generation request counts when it arrives (SGLang counts it when it finishes; a
+                      client that has all its answers sees the same total either way).
+  --api-key K, --admin-api-key K
+                      SGLang 0.5.23's header contract (sglang/srt/utils/auth.py), re-implemented here: with a
+                      key set, every path except /health*, /ready* and /metrics* needs
+                      "Authorization: Bearer <api key>" (401 {"error": "Unauthorized"} otherwise); with the
+                      admin key also set, the admin paths (ADMIN_PATHS, e.g. /flush_cache) take only
+                      "Bearer <admin key>"; with only the api key they take the api key.
+  --api-key-env NAME, --admin-api-key-env NAME
+                      read the key from environment variable NAME (the CI cluster starts this double in
+                      place of `kdakit serve`, which would pass the env file's keys as flags).
 
-Endpoints: GET /health, /health_generate, /v1/models, /server_info (alias /get_server_info),
+Endpoints: GET /health, /health_generate, /metrics, /v1/models, /server_info (alias /get_server_info),
 /fake/stats (request counts, flushes, most requests in flight, accept-length means); POST /flush_cache,
 POST /v1/chat/completions, /v1/completions (both streaming or not,
 "stream_options": {"include_usage": true} honoured) and SGLang's native /generate (text or input_ids,
@@ -48,8 +63,10 @@ is exactly that many words, as with ignore_eos.
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import math
+import os
 import random
 import re
 import signal
@@ -62,6 +79,38 @@ from pathlib import Path
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "evals" / "data" / "gsm8k" / "test.jsonl"
 FILLER_WORD = "token "  # one word = one "token"; trailing space so streamed pieces concatenate
+
+# Paths SGLang 0.5.23 marks AuthLevel.ADMIN_OPTIONAL (those the double has, and some it only refuses).
+ADMIN_PATHS = (
+    "/flush_cache",
+    "/start_profile",
+    "/stop_profile",
+    "/update_weights_from_disk",
+    "/abort_request",
+    "/pause_generation",
+    "/continue_generation",
+    "/set_internal_state",
+)
+# Prefixes SGLang leaves open whatever keys are set (probes and Prometheus scraping).
+OPEN_PREFIXES = ("/health", "/ready", "/metrics")
+REQUEST_COUNTER = "sglang:num_requests_total"
+
+
+def bearer_matches(header: str | None, key: str) -> bool:
+    scheme, _, token = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and bool(token) and hmac.compare_digest(token, key)
+
+
+def auth_status(method: str, path: str, header: str | None, api_key: str | None, admin_key: str | None):
+    """200 when SGLang 0.5.23 would let the request through, else its refusal status (401)."""
+    if method == "OPTIONS" or path.startswith(OPEN_PREFIXES):
+        return 200
+    if path in ADMIN_PATHS and (admin_key or api_key):
+        return 200 if bearer_matches(header, admin_key or api_key) else 401
+    if api_key:
+        return 200 if bearer_matches(header, api_key) else 401
+    return 200
+
 
 # name -> template; {v} is the number as printed by the format's own rule (see render_answer).
 FORMATS = ("hash", "hash_commas", "dollar_period", "hash_dollar", "reasoning_plain", "think_block")
@@ -158,6 +207,11 @@ class FakeState:
         self.lock = threading.Lock()
         self.stats: dict[str, int] = {}
         self.generation_requests = 0
+        self.finished_by_stream = {"false": 0, "true": 0}  # /metrics: sglang:num_requests_total
+        self.api_key = args.api_key or (os.environ.get(args.api_key_env) if args.api_key_env else None)
+        self.admin_key = args.admin_api_key or (
+            os.environ.get(args.admin_api_key_env) if args.admin_api_key_env else None
+        )
         self.in_flight = 0
         self.max_in_flight = 0
         self.flushes = 0
@@ -189,6 +243,7 @@ class FakeState:
         """Count a generation request in: (its number, its accept length); log it when asked."""
         with self.lock:
             self.generation_requests += 1
+            self.finished_by_stream[str(bool(body.get("stream"))).lower()] += 1
             n = self.generation_requests
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -313,12 +368,44 @@ class Handler(BaseHTTPRequestHandler):
         if self.state.args.token_delay_ms > 0:
             time.sleep(self.state.args.token_delay_ms / 1000.0)
 
+    def _refused(self, path: str) -> bool:
+        st = self.state
+        status = auth_status(self.command, path, self.headers.get("Authorization"), st.api_key, st.admin_key)
+        if status != 200:
+            # The body must be read off a kept-alive connection before answering.
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            self._json(status, {"error": "Unauthorized" if status == 401 else "Forbidden"})
+            st.count(f"refused {path}")
+            return True
+        return False
+
+    def _metrics(self) -> None:
+        st = self.state
+        lines = [f"# HELP {REQUEST_COUNTER} Number of requests processed."]
+        lines.append(f"# TYPE {REQUEST_COUNTER} counter")
+        with st.lock:
+            for streaming, n in st.finished_by_stream.items():
+                labels = f'model_name="{st.args.model_name}",is_streaming="{streaming}"'
+                lines.append(f"{REQUEST_COUNTER}{{{labels}}} {float(n)}")
+        data = ("\n".join(lines) + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     # routes
     def do_GET(self):
         path = self.path.split("?", 1)[0]
+        if self._refused(path):
+            return
         self.state.count(path)
         if path in ("/health", "/health_generate"):
             self._json(200, {"status": "ok"})
+        elif path == "/metrics" and self.state.args.enable_metrics:
+            self._metrics()
         elif path == "/v1/models":
             name = self.state.args.model_name
             self._json(200, {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "fake"}]})
@@ -340,6 +427,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         path = self.path.split("?", 1)[0]
+        if self._refused(path):
+            return
         self.state.count(path)
         try:
             body = self._body()
@@ -456,6 +545,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hang-after", type=int, default=None)
     p.add_argument("--error-status", type=int, default=None)
     p.add_argument("--error-every", type=int, default=None)
+    p.add_argument("--enable-metrics", action="store_true")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--admin-api-key", default=None)
+    p.add_argument("--api-key-env", default=None)
+    p.add_argument("--admin-api-key-env", default=None)
     args = p.parse_args(argv)
     if not 0.0 <= args.error_rate <= 1.0:
         p.error("--error-rate must be within [0, 1]")

@@ -1,0 +1,147 @@
+"""Who may use the benchmark server: the run's keys, the variables they travel in, and keeping them out of
+every record.
+
+SGLang 0.5.23 checks `Authorization: Bearer <key>` against `--api-key` on every endpoint except /health*,
+/ready* and /metrics*; when `--admin-api-key` is also set, the admin endpoints (/flush_cache, weight
+updates, profiling, ...) take only the admin key. SGLang reads both only from its command line, so
+`kdakit serve` appends them to the argv it execs and records that argv with the values redacted.
+
+The controller makes both keys once per run (`python -m kdakit.access env-file`); they reach the host in the
+0600 env file every kit container (server, eval, bench) is started with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import secrets
+import sys
+from pathlib import Path
+
+# The variable SGLang's benchmark client, run_eval (through the OpenAI client) and lm-eval read the key from.
+API_KEY_ENV = "OPENAI_API_KEY"
+ADMIN_API_KEY_ENV = "KDAKIT_ADMIN_API_KEY"
+# Which run the keys in an env file belong to (a second deploy of the same run keeps them).
+KEYS_RUN_ENV = "KDAKIT_KEYS_RUN_ID"
+API_KEY_FLAG = "--api-key"
+ADMIN_API_KEY_FLAG = "--admin-api-key"
+SECRET_FLAGS = (API_KEY_FLAG, ADMIN_API_KEY_FLAG)
+# Fields of SGLang's /server_info (its resolved server args) that hold the keys.
+SECRET_FIELDS = ("api_key", "admin_api_key")
+REDACTED = "<redacted>"
+# A key flag inside a command line kept as one string (SGLang's launch_command).
+_FLAG_IN_TEXT = re.compile(r"(--(?:admin-)?api-key[= ])(?!<redacted>)\S+")
+
+
+def new_key() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def parse_env_text(text: str) -> dict[str, str]:
+    values = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() and not name.lstrip().startswith("#"):
+            values[name.strip()] = value
+    return values
+
+
+def env_file_lines(run_id: str, previous: str = "") -> str:
+    """The key lines of a run's env file: the previous file's keys when they belong to this run, else new."""
+    old = parse_env_text(previous)
+    if old.get(KEYS_RUN_ENV) == run_id and old.get(API_KEY_ENV) and old.get(ADMIN_API_KEY_ENV):
+        api_key, admin_key = old[API_KEY_ENV], old[ADMIN_API_KEY_ENV]
+    else:
+        api_key, admin_key = new_key(), new_key()
+    return f"{KEYS_RUN_ENV}={run_id}\n{API_KEY_ENV}={api_key}\n{ADMIN_API_KEY_ENV}={admin_key}\n"
+
+
+def keys_from_env(env: dict[str, str] | None = None) -> tuple[str | None, str | None]:
+    env = os.environ if env is None else env
+    return env.get(API_KEY_ENV) or None, env.get(ADMIN_API_KEY_ENV) or None
+
+
+def auth_headers(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The header the kit's own requests (readiness, /server_info, /metrics) carry."""
+    api_key, _ = keys_from_env(env)
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def known_secrets(env: dict[str, str] | None = None) -> list[str]:
+    # "EMPTY" is the OpenAI client's placeholder, not a secret; short values would redact ordinary text.
+    return [k for k in keys_from_env(env) if k and k != "EMPTY" and len(k) >= 16]
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """The argv with the value of every key flag (`--api-key K` or `--api-key=K`) replaced."""
+    out, hide_next = [], False
+    for item in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif item in SECRET_FLAGS:
+            out.append(item)
+            hide_next = True
+        elif item.split("=", 1)[0] in SECRET_FLAGS and "=" in item:
+            out.append(item.split("=", 1)[0] + "=" + REDACTED)
+        else:
+            out.append(item)
+    return out
+
+
+def redact(value, secrets_: list[str] | None = None):
+    """A copy of a JSON-like value with the key fields blanked and every known key string replaced."""
+    hidden = known_secrets() if secrets_ is None else secrets_
+    if isinstance(value, dict):
+        return {k: (REDACTED if k in SECRET_FIELDS and v else redact(v, hidden)) for k, v in value.items()}
+    if isinstance(value, list):
+        return (
+            redact_argv([redact(v, hidden) for v in value])
+            if all(isinstance(v, str) for v in value)
+            else [redact(v, hidden) for v in value]
+        )
+    if isinstance(value, str):
+        for secret in hidden:
+            value = value.replace(secret, REDACTED)
+        return _FLAG_IN_TEXT.sub(rf"\1{REDACTED}", value)
+    return value
+
+
+def scrub_tree(folder: Path, secrets_: list[str] | None = None) -> list[Path]:
+    """Replace every known key string in every file under folder (the tools' raw outputs: SGLang's
+    /server_info, which its benchmark client copies into its JSONL, holds the keys). Returns the files
+    changed."""
+    hidden = [s.encode() for s in (known_secrets() if secrets_ is None else secrets_)]
+    changed = []
+    if not hidden or not Path(folder).exists():
+        return changed
+    for path in sorted(Path(folder).rglob("*")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        data = path.read_bytes()
+        if any(s in data for s in hidden):
+            for secret in hidden:
+                data = data.replace(secret, REDACTED.encode())
+            tmp = path.with_name(path.name + ".scrub-tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)
+            changed.append(path)
+    return changed
+
+
+def _main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kdakit.access", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    env_file = sub.add_parser(
+        "env-file", help="print the key lines of the run's env file; the previous file's text on stdin"
+    )
+    env_file.add_argument("--run-id", required=True)
+    args = p.parse_args(argv)
+    previous = "" if sys.stdin.isatty() else sys.stdin.read()
+    sys.stdout.write(env_file_lines(args.run_id, previous))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
