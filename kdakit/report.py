@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kdakit import results, stats, telemetry
 from kdakit.context import canonical_sku
+from kdakit.controller_files import WriteFailed, write_atomic
 from kdakit.errors import UsageError
 
 PUBLISHED_FILE = Path(__file__).parent / "data" / "published.toml"
@@ -1030,23 +1031,26 @@ def write_report(root: Path, out_dir: Path | None = None, plots: bool = True) ->
     title = f"kdakit report: {root.name}"
     out_dir.mkdir(parents=True, exist_ok=True)
     md, page = out_dir / "report.md", out_dir / "report.html"
-    md.write_text(to_markdown(sections, title))
-    page.write_text(to_html(sections, title))
     plot_dir = out_dir / PLOTS_DIR
-    for s in sections:
+    for s in sections:  # plots first: report.md never names a plot that is not there
         for b in s.blocks:
             if isinstance(b, Plot):
-                plot_dir.mkdir(exist_ok=True)
-                (plot_dir / b.filename).write_bytes(b.png)
+                write_atomic(plot_dir / b.filename, b.png)
+    write_atomic(md, to_markdown(sections, title))
+    write_atomic(page, to_html(sections, title))
     return md, page
 
 
 def _cmd(args) -> int:
     for path, why in collect(Path(args.results_dir)).skipped:
         print(f"kdakit report: skipped unreadable record {path}: {why}", file=sys.stderr)
-    md, page = write_report(
-        Path(args.results_dir), Path(args.out) if args.out else None, plots=not args.no_plots
-    )
+    try:
+        md, page = write_report(
+            Path(args.results_dir), Path(args.out) if args.out else None, plots=not args.no_plots
+        )
+    except WriteFailed as exc:  # the earlier report stays as it was
+        print(f"kdakit report: {exc}", file=sys.stderr)
+        return 1
     print(f"wrote {md} and {page}")
     return 0
 
