@@ -102,7 +102,7 @@ def collect(root: Path) -> Collected:
     root = Path(root)
     if not root.is_dir():
         raise UsageError(f"{root}: not a results directory")
-    files = sorted(root.rglob(f"*{results.RESULT_SUFFIX}"))
+    files = sorted(p for p in root.rglob(f"*{results.RESULT_SUFFIX}") if not results.is_staged(p, root))
     if not files:
         raise UsageError(f"{root}: no *{results.RESULT_SUFFIX} files (expected results/<run-id>/<host>/...)")
     c = Collected()

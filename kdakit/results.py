@@ -131,7 +131,13 @@ def iter_results(root: Path | str) -> Iterator[tuple[Path, dict]]:
     if not root.is_dir():
         raise ResultError(f"{root}: not a results directory")
     for path in sorted(root.rglob(f"*{RESULT_SUFFIX}")):
-        yield path, read_result(path)
+        if not is_staged(path, root):
+            yield path, read_result(path)
+
+
+def is_staged(path: Path, root: Path) -> bool:
+    """A temp file or a file in the collect's staging folder (dot names): not (yet) a record."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
 # Aggregation shared by the bench and the report.

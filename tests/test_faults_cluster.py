@@ -261,6 +261,20 @@ def test_run_b_deploy_faults_on_four_hosts_and_a_full_results_disk(cluster, tmp_
         assert {p: p.read_bytes() for p in results.rglob("provenance.json")} == before  # whole, unchanged
         half = [p for p in results.rglob("*") if p.suffix in (".json", ".tmp") and p.stat().st_size == 0]
         assert not half and not list(results.rglob("*.tmp"))  # no 0-byte record, no temp file left
+        # the failed host's diagnostics could not be fetched: said in one line; every file the controller
+        # holds is the host's whole copy, and no staging folder stays
+        not_written = (
+            rf"collect: \d+ file\(s\) not written \(.+ free on {results}\), the host's copies stay in h1:"
+        )
+        assert re.search(not_written, down.stdout), down.stdout[-3000:]
+        assert not list(results.rglob(".collect-staged"))
+        for name, h in cluster["hosts"].items():
+            for kept in (results / "f-b" / name / "helion").rglob("*"):
+                rel = kept.relative_to(results / "f-b" / name / "helion")
+                if kept.is_file() and kept.name != "provenance.json":
+                    assert kept.read_bytes() == (h.root / "results" / "f-b" / "helion" / rel).read_bytes(), (
+                        kept
+                    )
         for h in cluster["hosts"].values():
             if h is not h1:  # its engine is down
                 assert kit_containers(h) == [], h.name

@@ -146,3 +146,16 @@ def test_collect_commits_only_whole_files_and_keeps_the_earlier_copy(tmp_path):
     assert (dest / "a.result.json").read_bytes() == host["a.result.json"]
     assert (dest / "diag" / "server.log").read_text() == "earlier whole copy\n"
     assert not staged.exists()
+
+
+def test_a_part_left_in_the_staging_folder_is_no_record(tmp_path):
+    from kdakit import report
+
+    tree = tmp_path / "results"
+    arm = tree / "r1" / "h1" / "helion"
+    results.write_result(arm / "gsm8k.result.json", _record())
+    (arm / ".collect-staged").mkdir()
+    (arm / ".collect-staged" / "gsm8k-2.result.json").write_bytes(b"")  # an interrupted fetch's part
+    collected = report.collect(tree)
+    assert collected.skipped == [] and len(collected.records) == 1
+    assert [p for p, _ in results.iter_results(tree)] == [arm / "gsm8k.result.json"]
