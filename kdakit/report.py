@@ -3,7 +3,7 @@
 Walks RESULTS_DIR for *.result.json (results/<run-id>/<host>/...), validates every record (an unreadable
 or invalid one is named, with why, and skipped), and writes report.md (plots as PNG files beside it) and a
 self-contained report.html (the same content, plots inlined as base64 PNG, no external resources).
-Missing points are shown as "missing", failed ones as "failed"; nothing is dropped.
+Missing points are shown as "missing", failed ones as "failed: <cause>"; nothing is dropped.
 
 Every record counts: re-runs of a serving point are repeats, pooled with kdakit.stats (the table says how
 many each arm has); the `pr` protocol's number stays the PR's median, with a 95 % interval saying what its
@@ -155,7 +155,10 @@ class Visits:
             return value, f"{value:.2f}"
         if not self.points or self.points[-1]["status"] == "missing":
             return None, "missing"
-        return None, self.points[-1]["status"]
+        last = self.points[-1]
+        # the cause beside the status, in the same cell (it is otherwise only in the JSON)
+        cause = " ".join(str(last.get("error") or "").split())
+        return None, f"{last['status']}: {cause}" if cause else last["status"]
 
     def spread(self) -> tuple[float, float] | None:
         """(low, high) of what the value summarises: the visits' medians, or one visit's runs."""
@@ -985,9 +988,16 @@ def _html_cell(text: str) -> str:
         return f'<td class="holds">{t}</td>'
     if text == "does not hold" or text.startswith("different ("):
         return f'<td class="nothold">{t}</td>'
-    if text in ("missing", "failed", "hung", "not published", "n/a", "no data", "inconclusive") or (
-        text.startswith("inconclusive at")
-    ):
+    if text.split(":")[0] in (
+        "missing",
+        "failed",
+        "hung",
+        "timed out",
+        "not published",
+        "n/a",
+        "no data",
+        "inconclusive",
+    ) or (text.startswith("inconclusive at")):
         return f'<td class="missing">{t}</td>'
     return f"<td>{t}</td>"
 
