@@ -303,3 +303,23 @@ def test_run_c_ab_skips_after_a_failed_deploy_and_ends_with_a_rollup(cluster):
     assert "rollout: 3 of 10 steps not ok" in table
     for h in (cluster["hosts"]["h3"], cluster["hosts"]["h5"]):
         assert kit_containers(h) == []
+
+
+def test_run_d_a_tarball_whose_sha256_differs_is_removed_from_the_host(cluster):
+    h4 = cluster["hosts"]["h4"]
+    work, good = cluster["work"], cluster["tarball"]
+    mismatched = work / "kdakit-mismatch.tar.zst"
+    mismatched.write_bytes(good.read_bytes())
+    Path(f"{mismatched}.sha256").write_text(f"{'0' * 64}  {mismatched.name}\n")  # another file's sum
+    Path(f"{mismatched}.id").write_text(Path(f"{good}.id").read_text())
+    staged = h4.root / "state" / "images" / mismatched.name
+    faults = stage(cluster, "faults-d", {"kdakit_image": "kdakit-ci/stub:mismatch",
+                                         "kdakit_image_tarball": str(mismatched),
+                                         "kdakit_image_tarball_on_host": False})  # fmt: skip
+    deploy = make(cluster, "deploy-h200", "RUN_ID=f-d", f"EXTRA=--limit h4 {faults}")
+    assert deploy.returncode != 0
+    line = lines(deploy)["h4"]
+    assert line.startswith(f"h4: deploy failed (image: {staged} has sha256 "), line
+    assert f"expected {'0' * 64} from {mismatched}.sha256, removed from the host. Fix: " in line
+    assert not staged.exists() and mismatched.exists()  # the controller's tarball stays
+    assert kit_containers(h4) == []
