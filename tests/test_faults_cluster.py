@@ -18,6 +18,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kdakit import hostlock
 from tests.infra import dockerd, images, sshhosts, stub_kdakit_image
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
@@ -156,6 +158,8 @@ def test_run_a_unreachable_interrupted_and_lost_hosts(cluster):
         unreachable = rf"h3: deploy unreachable \(ssh: connect to host {h3.address} port 22: .+\)"
         assert re.fullmatch(unreachable, got["h3"]), got
         assert provenance(cluster, "f-a", "h3")["outcome"] == "unreachable"
+        recap = re.search(r"^h3\s+: .*$", deploy.stdout, re.M)
+        assert recap and " unreachable=1 " in recap[0] and " failed=0 " in recap[0], deploy.stdout[-2000:]
 
         # SIGTERM during eval, SIGINT during bench: the step's containers go on every host, the server stays
         for step, sig, container in (("eval-gsm8k", signal.SIGTERM, "kdakit-gsm8k-helion"),
@@ -323,3 +327,34 @@ def test_run_d_a_tarball_whose_sha256_differs_is_removed_from_the_host(cluster):
     assert f"expected {'0' * 64} from {mismatched}.sha256, removed from the host. Fix: " in line
     assert not staged.exists() and mismatched.exists()  # the controller's tarball stays
     assert kit_containers(h4) == []
+
+
+def test_run_e_a_host_another_run_holds_is_busy_and_a_dead_runs_lock_is_taken_over(cluster):
+    h5 = cluster["hosts"]["h5"]
+    lock = h5.root / "state" / "run.lock.json"
+    me = socket.gethostname()
+    holder = {"run_id": "other-run", "step": "bench", "controller": me, "user": "ops", "pid": os.getpid(),
+              "pid_start": hostlock.process_start(os.getpid()), "boot_id": hostlock.boot_id(),
+              "since": "2026-01-01T10:00:00+00:00", "refreshed": "2026-01-01T10:00:00+00:00"}  # fmt: skip
+    lock.write_text(json.dumps(holder))
+    try:
+        busy = make(cluster, "deploy-h200", "RUN_ID=f-e", "EXTRA=--limit h5")
+        assert busy.returncode != 0
+        line = lines(busy)["h5"].replace("\\u2014", "—")  # the JSON callback may escape the dash
+        since = "2026-01-01T10:00:00+00:00"
+        assert line == f"h5: deploy failed (h5: busy — run other-run step bench by ops@{me} since {since})"
+        assert kit_containers(h5) == [] and json.loads(lock.read_text()) == holder
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        lock.write_text(json.dumps(dict(holder, pid=dead.pid, pid_start="1")))
+        taken = make(cluster, "deploy-h200", "RUN_ID=f-e", "EXTRA=--limit h5")
+        assert lines(taken)["h5"] == "h5: deploy ok", taken.stdout[-3000:]
+        assert (
+            f"warning: h5: taking over the lock of run other-run (step bench by ops@{me} since "
+            f"2026-01-01T10:00:00+00:00): its process {dead.pid} on {me} is gone" in taken.stdout
+        )
+        assert json.loads(lock.read_text())["run_id"] == "f-e"
+    finally:
+        down = make(cluster, "teardown", "RUN_ID=f-e", "EXTRA=--limit h5")
+    assert down.returncode == 0 and not lock.exists()  # teardown releases it
+    assert kit_containers(h5) == []
