@@ -75,7 +75,7 @@ reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball
 	    echo "image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}; refusing (REBUILD=0): make image image-save SKU=$(SKU), or drop REBUILD=0" >&2; exit 1; \
 	  fi; build="image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}: rebuilding"; \
 	fi; \
-	$(call kdakit_preflight,$(SKU),--gate $$([ -n "$$build" ] && echo --build)); \
+	$(call kdakit_preflight,$(SKU),--gate --arms $(words $(ARMS)) $$([ -n "$$build" ] && echo --build)); \
 	if [ -n "$$build" ]; then echo "$$build"; $(MAKE) --no-print-directory image image-save SKU=$(SKU); fi
 	$(MAKE) --no-print-directory ab-$(SKU) SKU=$(SKU) PREFLIGHT_DONE=1
 

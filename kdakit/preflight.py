@@ -432,6 +432,8 @@ def cluster_main(argv: list[str] | None = None) -> int:
     p.add_argument("--gate", action="store_true", help="fail only when nothing could run (see the table)")
     p.add_argument("--extra", default="", help="more ansible-playbook arguments")
     p.add_argument("--hosts-only", action="store_true", help="only check that the group has hosts")
+    p.add_argument("--results", help="the controller's results folder: refuse when the run will not fit")
+    p.add_argument("--arms", type=int, default=1, help="arm visits the run measures (for --results)")
     args = p.parse_args(argv)
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1")
     inv = subprocess.run(
@@ -452,6 +454,13 @@ def cluster_main(argv: list[str] | None = None) -> int:
             f" of playbooks/inventories/examples/{args.sku}.yml and pass INVENTORY=path/to/it"
         )
         return 2
+    if args.results:
+        from kdakit.controller_files import preflight_space
+
+        refusal = preflight_space(args.results, len(hosts), args.arms)
+        if refusal:
+            print(refusal)
+            return 2
     if args.hosts_only:
         return 0
     rows = [("controller", v) for v in controller_checks(args.docker, args.build)]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import kdakit
 from kdakit import pins
+from kdakit.controller_files import write_json_atomic
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVER_COMMAND_FILE = "server-command.json"  # written by `kdakit serve` into the run's result folder
@@ -123,28 +124,6 @@ PROVENANCE_FILE = "provenance.json"
 OUTCOMES = ("ok", "failed", "unreachable", "skipped")
 # Steps that run whatever happened before (they gather evidence and clean up), and so never skip a host.
 ALWAYS_RUN_STEPS = ("collect", "teardown")
-
-
-def write_json_atomic(path: Path | str, data: object) -> Path:
-    """Write JSON to a temp file beside path, fsync, then rename over path: readers see the old file or the
-    new one, never a part; a failed write (disk full, read-only) leaves no partial file behind."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, exc.strerror, str(path)) from None  # name the record, not the temp file
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _read_json(path: Path) -> dict:
@@ -271,11 +250,8 @@ def _main(argv: list[str] | None = None) -> int:
         verdict = f"all {len(rows)} steps ok" if all_ok else f"{bad} of {len(rows)} steps not ok"
         print(f"rollout: {verdict}")
         return 0 if all_ok else 1
-    except OSError as exc:
-        print(
-            f"kdakit provenance: cannot write {exc.filename or args.cmd}: {exc.strerror or exc}",
-            file=sys.stderr,
-        )
+    except OSError as exc:  # WriteFailed: "cannot write FILE: why (free space and where)"
+        print(f"kdakit provenance: {exc}", file=sys.stderr)
         return 1
 
 

@@ -3,7 +3,7 @@
 Walks RESULTS_DIR for *.result.json (results/<run-id>/<host>/...), validates every record (an unreadable
 or invalid one is named, with why, and skipped), and writes report.md (plots as PNG files beside it) and a
 self-contained report.html (the same content, plots inlined as base64 PNG, no external resources).
-Missing points are shown as "missing", failed ones as "failed"; nothing is dropped.
+Missing points are shown as "missing", failed ones as "failed: <cause>"; nothing is dropped.
 
 Every record counts: re-runs of a serving point are repeats, pooled with kdakit.stats (the table says how
 many each arm has); the `pr` protocol's number stays the PR's median, with a 95 % interval saying what its
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kdakit import results, stats, telemetry
 from kdakit.context import canonical_sku
+from kdakit.controller_files import WriteFailed, write_atomic
 from kdakit.errors import UsageError
 
 PUBLISHED_FILE = Path(__file__).parent / "data" / "published.toml"
@@ -101,7 +102,7 @@ def collect(root: Path) -> Collected:
     root = Path(root)
     if not root.is_dir():
         raise UsageError(f"{root}: not a results directory")
-    files = sorted(root.rglob(f"*{results.RESULT_SUFFIX}"))
+    files = sorted(p for p in root.rglob(f"*{results.RESULT_SUFFIX}") if not results.is_staged(p, root))
     if not files:
         raise UsageError(f"{root}: no *{results.RESULT_SUFFIX} files (expected results/<run-id>/<host>/...)")
     c = Collected()
@@ -154,7 +155,10 @@ class Visits:
             return value, f"{value:.2f}"
         if not self.points or self.points[-1]["status"] == "missing":
             return None, "missing"
-        return None, self.points[-1]["status"]
+        last = self.points[-1]
+        # the cause beside the status, in the same cell (it is otherwise only in the JSON)
+        cause = " ".join(str(last.get("error") or "").split())
+        return None, f"{last['status']}: {cause}" if cause else last["status"]
 
     def spread(self) -> tuple[float, float] | None:
         """(low, high) of what the value summarises: the visits' medians, or one visit's runs."""
@@ -984,9 +988,16 @@ def _html_cell(text: str) -> str:
         return f'<td class="holds">{t}</td>'
     if text == "does not hold" or text.startswith("different ("):
         return f'<td class="nothold">{t}</td>'
-    if text in ("missing", "failed", "hung", "not published", "n/a", "no data", "inconclusive") or (
-        text.startswith("inconclusive at")
-    ):
+    if text.split(":")[0] in (
+        "missing",
+        "failed",
+        "hung",
+        "timed out",
+        "not published",
+        "n/a",
+        "no data",
+        "inconclusive",
+    ) or (text.startswith("inconclusive at")):
         return f'<td class="missing">{t}</td>'
     return f"<td>{t}</td>"
 
@@ -1030,23 +1041,26 @@ def write_report(root: Path, out_dir: Path | None = None, plots: bool = True) ->
     title = f"kdakit report: {root.name}"
     out_dir.mkdir(parents=True, exist_ok=True)
     md, page = out_dir / "report.md", out_dir / "report.html"
-    md.write_text(to_markdown(sections, title))
-    page.write_text(to_html(sections, title))
     plot_dir = out_dir / PLOTS_DIR
-    for s in sections:
+    for s in sections:  # plots first: report.md never names a plot that is not there
         for b in s.blocks:
             if isinstance(b, Plot):
-                plot_dir.mkdir(exist_ok=True)
-                (plot_dir / b.filename).write_bytes(b.png)
+                write_atomic(plot_dir / b.filename, b.png)
+    write_atomic(md, to_markdown(sections, title))
+    write_atomic(page, to_html(sections, title))
     return md, page
 
 
 def _cmd(args) -> int:
     for path, why in collect(Path(args.results_dir)).skipped:
         print(f"kdakit report: skipped unreadable record {path}: {why}", file=sys.stderr)
-    md, page = write_report(
-        Path(args.results_dir), Path(args.out) if args.out else None, plots=not args.no_plots
-    )
+    try:
+        md, page = write_report(
+            Path(args.results_dir), Path(args.out) if args.out else None, plots=not args.no_plots
+        )
+    except WriteFailed as exc:  # the earlier report stays as it was
+        print(f"kdakit report: {exc}", file=sys.stderr)
+        return 1
     print(f"wrote {md} and {page}")
     return 0
 

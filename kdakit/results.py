@@ -8,9 +8,7 @@ tree. `new_record()` builds a record with provenance filled in, `write_result()`
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from functools import cache
@@ -18,6 +16,7 @@ from pathlib import Path
 
 import jsonschema
 
+from kdakit.controller_files import WriteFailed, write_json_atomic
 from kdakit.errors import UsageError
 
 SCHEMA_ID = "kdakit.result.v1"
@@ -107,21 +106,11 @@ def write_result(path: Path | str, record: dict) -> Path:
     if not path.name.endswith(RESULT_SUFFIX):
         raise ResultError(f"{path}: result files must end in {RESULT_SUFFIX}")
     validate(record, str(path))
-    text = json.dumps(record, indent=2, sort_keys=False) + "\n"
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
+        write_json_atomic(path, record)
+    except WriteFailed as exc:
         # disk full, read-only or missing destination: one line naming the path; no partial file stays
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        raise ResultError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise ResultError(str(exc)) from None
     return path
 
 
@@ -142,7 +131,13 @@ def iter_results(root: Path | str) -> Iterator[tuple[Path, dict]]:
     if not root.is_dir():
         raise ResultError(f"{root}: not a results directory")
     for path in sorted(root.rglob(f"*{RESULT_SUFFIX}")):
-        yield path, read_result(path)
+        if not is_staged(path, root):
+            yield path, read_result(path)
+
+
+def is_staged(path: Path, root: Path) -> bool:
+    """A temp file or a file in the collect's staging folder (dot names): not (yet) a record."""
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
 # Aggregation shared by the bench and the report.

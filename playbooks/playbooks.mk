@@ -25,20 +25,22 @@ LAST_RUN_ID = $(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),$(error 
 kdakit_playbook = ANSIBLE_CONFIG=playbooks/ansible.cfg playbooks/run-step.sh playbooks/$(1).yml $(ANSIBLE_PLAYBOOK) -i $(INVENTORY) \
 	-e kdakit_hosts=$(2) -e kdakit_run_id=$(3) -e kdakit_arm=$(4) -e kdakit_results_dir=$(abspath $(RESULTS)) \
 	$(if $(DRY_RUN),--check --diff) $(EXTRA)
-kdakit_latest = mkdir -p $(RESULTS) && echo $(1) > $(RESULTS)/LATEST
+# (atomically: a full disk keeps the earlier LATEST and says which file, how much is free and where)
+kdakit_latest = $(PY) -m kdakit.controller_files latest --results $(RESULTS) --run-id $(1)
 # One table of every host's checks (kdakit/preflight.py through playbooks/preflight.yml), before anything
 # heavy. As a gate ($(call kdakit_preflight,SKU,--gate [--build])) it stops only when the controller cannot
 # build or no host is ready; deploy then records the hosts that are not ready as failed.
 kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/preflight.py cluster --sku $(1) \
 	--inventory $(INVENTORY) --playbook playbooks/preflight.yml --ansible-playbook $(ANSIBLE_PLAYBOOK) \
-	--ansible-inventory $(dir $(ANSIBLE_PLAYBOOK))ansible-inventory --docker $(DOCKER) --extra "$(EXTRA)" $(2)
+	--ansible-inventory $(dir $(ANSIBLE_PLAYBOOK))ansible-inventory --docker $(DOCKER) --extra "$(EXTRA)" \
+	--results $(RESULTS) $(2)
 # A/B on the same hosts under one run id: every step for the triton arm, then for the helion arm; with
 # BENCH_PROTOCOL=rigorous, its `repeats` visits per arm interleaved (triton, helion, triton, ...; GSM8K on the
 # first visit only). A host whose deploy failed skips its later measuring steps (collect and teardown still
 # run). Ends with one roll-up table (host x arm x step -> outcome, cause), then the report; the exit status is
 # non-zero unless all were ok.
 define kdakit_ab
-$(call kdakit_latest,$(NEW_RUN_ID)); \
+$(call kdakit_latest,$(NEW_RUN_ID)) || exit 2; \
 visits=$$($(PY) -c 'from kdakit.bench.serving import load_protocols; print(load_protocols()["$(or $(BENCH_PROTOCOL),pr)"].repeats)') || exit 2; \
 rc=0; for visit in $$(seq $$visits); do for arm in $(ARMS); do \
   for step in deploy $$([ $$visit = 1 ] && echo eval-gsm8k) bench collect teardown; do \
@@ -78,11 +80,11 @@ teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= AR
 	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
 
 ab-h200: setup ## Preflight, then A/B on the H200 hosts: triton arm then helion arm (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion" BENCH_PROTOCOL=
-	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,h200,--gate))
+	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,h200,--gate --arms $(words $(ARMS))))
 	@$(call kdakit_ab,h200)
 
 ab-b200: setup ## Preflight, then A/B on the B200 hosts: triton arm then helion arm (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion" BENCH_PROTOCOL=
-	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,b200,--gate))
+	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,b200,--gate --arms $(words $(ARMS))))
 	@$(call kdakit_ab,b200)
 
 lint-playbooks: setup ## yamllint, ansible-lint --offline and a syntax check of every playbook

@@ -57,16 +57,18 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=lambda item: _scope(item.nodeid) != "docker")
 
 
-def pytest_sessionstart(session):
-    if not hasattr(session.config, "workerinput"):
+def pytest_configure(config):
+    # Before xdist starts its workers, which inherit the id: the session's ledger of what it uses
+    # (tests/infra/images.py), so that it prunes only its own hosts and cache entries.
+    if not hasattr(config, "workerinput"):
         from tests.infra import images
 
-        images.SESSION_START = time.time()
+        os.environ[images.SESSION_ENV] = f"{os.uname().nodename}-{os.getpid()}-{time.time_ns()}"
 
 
 def pytest_sessionfinish(session):
     # Here rather than at each process's exit: xdist workers end without running atexit handlers, and the
-    # controller sees, after all of them, what the whole session used (images.SESSION_START).
+    # controller sees, after all of them, what the whole session used (its ledger).
     if hasattr(session.config, "workerinput"):
         return
     from tests.infra import images

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kdakit import hostlock
 from tests.infra import dockerd, images, sshhosts, stub_kdakit_image
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
@@ -156,6 +158,8 @@ def test_run_a_unreachable_interrupted_and_lost_hosts(cluster):
         unreachable = rf"h3: deploy unreachable \(ssh: connect to host {h3.address} port 22: .+\)"
         assert re.fullmatch(unreachable, got["h3"]), got
         assert provenance(cluster, "f-a", "h3")["outcome"] == "unreachable"
+        recap = re.search(r"^h3\s+: .*$", deploy.stdout, re.M)
+        assert recap and " unreachable=1 " in recap[0] and " failed=0 " in recap[0], deploy.stdout[-2000:]
 
         # SIGTERM during eval, SIGINT during bench: the step's containers go on every host, the server stays
         for step, sig, container in (("eval-gsm8k", signal.SIGTERM, "kdakit-gsm8k-helion"),
@@ -261,6 +265,20 @@ def test_run_b_deploy_faults_on_four_hosts_and_a_full_results_disk(cluster, tmp_
         assert {p: p.read_bytes() for p in results.rglob("provenance.json")} == before  # whole, unchanged
         half = [p for p in results.rglob("*") if p.suffix in (".json", ".tmp") and p.stat().st_size == 0]
         assert not half and not list(results.rglob("*.tmp"))  # no 0-byte record, no temp file left
+        # the failed host's diagnostics could not be fetched: said in one line; every file the controller
+        # holds is the host's whole copy, and no staging folder stays
+        not_written = (
+            rf"collect: \d+ file\(s\) not written \(.+ free on {results}\), the host's copies stay in h1:"
+        )
+        assert re.search(not_written, down.stdout), down.stdout[-3000:]
+        assert not list(results.rglob(".collect-staged"))
+        for name, h in cluster["hosts"].items():
+            for kept in (results / "f-b" / name / "helion").rglob("*"):
+                rel = kept.relative_to(results / "f-b" / name / "helion")
+                if kept.is_file() and kept.name != "provenance.json":
+                    assert kept.read_bytes() == (h.root / "results" / "f-b" / "helion" / rel).read_bytes(), (
+                        kept
+                    )
         for h in cluster["hosts"].values():
             if h is not h1:  # its engine is down
                 assert kit_containers(h) == [], h.name
@@ -289,3 +307,54 @@ def test_run_c_ab_skips_after_a_failed_deploy_and_ends_with_a_rollup(cluster):
     assert "rollout: 3 of 10 steps not ok" in table
     for h in (cluster["hosts"]["h3"], cluster["hosts"]["h5"]):
         assert kit_containers(h) == []
+
+
+def test_run_d_a_tarball_whose_sha256_differs_is_removed_from_the_host(cluster):
+    h4 = cluster["hosts"]["h4"]
+    work, good = cluster["work"], cluster["tarball"]
+    mismatched = work / "kdakit-mismatch.tar.zst"
+    mismatched.write_bytes(good.read_bytes())
+    Path(f"{mismatched}.sha256").write_text(f"{'0' * 64}  {mismatched.name}\n")  # another file's sum
+    Path(f"{mismatched}.id").write_text(Path(f"{good}.id").read_text())
+    staged = h4.root / "state" / "images" / mismatched.name
+    faults = stage(cluster, "faults-d", {"kdakit_image": "kdakit-ci/stub:mismatch",
+                                         "kdakit_image_tarball": str(mismatched),
+                                         "kdakit_image_tarball_on_host": False})  # fmt: skip
+    deploy = make(cluster, "deploy-h200", "RUN_ID=f-d", f"EXTRA=--limit h4 {faults}")
+    assert deploy.returncode != 0
+    line = lines(deploy)["h4"]
+    assert line.startswith(f"h4: deploy failed (image: {staged} has sha256 "), line
+    assert f"expected {'0' * 64} from {mismatched}.sha256, removed from the host. Fix: " in line
+    assert not staged.exists() and mismatched.exists()  # the controller's tarball stays
+    assert kit_containers(h4) == []
+
+
+def test_run_e_a_host_another_run_holds_is_busy_and_a_dead_runs_lock_is_taken_over(cluster):
+    h5 = cluster["hosts"]["h5"]
+    lock = h5.root / "state" / "run.lock.json"
+    me = socket.gethostname()
+    holder = {"run_id": "other-run", "step": "bench", "controller": me, "user": "ops", "pid": os.getpid(),
+              "pid_start": hostlock.process_start(os.getpid()), "boot_id": hostlock.boot_id(),
+              "since": "2026-01-01T10:00:00+00:00", "refreshed": "2026-01-01T10:00:00+00:00"}  # fmt: skip
+    lock.write_text(json.dumps(holder))
+    try:
+        busy = make(cluster, "deploy-h200", "RUN_ID=f-e", "EXTRA=--limit h5")
+        assert busy.returncode != 0
+        line = lines(busy)["h5"].replace("\\u2014", "—")  # the JSON callback may escape the dash
+        since = "2026-01-01T10:00:00+00:00"
+        assert line == f"h5: deploy failed (h5: busy — run other-run step bench by ops@{me} since {since})"
+        assert kit_containers(h5) == [] and json.loads(lock.read_text()) == holder
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        lock.write_text(json.dumps(dict(holder, pid=dead.pid, pid_start="1")))
+        taken = make(cluster, "deploy-h200", "RUN_ID=f-e", "EXTRA=--limit h5")
+        assert lines(taken)["h5"] == "h5: deploy ok", taken.stdout[-3000:]
+        assert (
+            f"warning: h5: taking over the lock of run other-run (step bench by ops@{me} since "
+            f"2026-01-01T10:00:00+00:00): its process {dead.pid} on {me} is gone" in taken.stdout
+        )
+        assert json.loads(lock.read_text())["run_id"] == "f-e"
+    finally:
+        down = make(cluster, "teardown", "RUN_ID=f-e", "EXTRA=--limit h5")
+    assert down.returncode == 0 and not lock.exists()  # teardown releases it
+    assert kit_containers(h5) == []

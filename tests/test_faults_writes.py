@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -46,7 +47,7 @@ def test_disk_full_is_one_line_with_the_path_and_leaves_nothing(small_disk):
     target = small_disk / "run" / "second.result.json"
     with pytest.raises(results.ResultError) as err:
         results.write_result(target, _record())
-    assert str(err.value) == f"cannot write {target}: No space left on device"
+    assert str(err.value) == f"cannot write {target}: No space left on device (0 B free on {small_disk})"
     assert "\n" not in str(err.value)
     leftovers = sorted(p.name for p in small_disk.rglob("*") if p.is_file() and p.name != "filler")
     assert leftovers == ["first.result.json"]  # no .tmp-*, no 0-byte second record
@@ -62,15 +63,99 @@ def test_disk_full_is_one_line_with_the_path_and_leaves_nothing(small_disk):
     )  # fmt: skip
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith(f"kdakit provenance: cannot write {run}")
-    assert proc.stderr.strip().endswith("No space left on device")
+    assert proc.stderr.strip().endswith(f"No space left on device (0 B free on {small_disk})")
     assert not [p for p in run.rglob("*") if p.is_file()] if run.exists() else True
 
 
 def test_read_only_destination(small_disk):
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     target = small_disk / "x.result.json"
-    with pytest.raises(results.ResultError, match=rf"^cannot write {target}: Read-only file system$"):
+    read_only = rf"^cannot write {target}: Read-only file system \(.+ free on {small_disk}\)$"
+    with pytest.raises(results.ResultError, match=read_only):
         results.write_result(target, _record())
     with pytest.raises(OSError):
         provenance.write_json_atomic(small_disk / "provenance.json", {"a": 1})
     assert list(small_disk.iterdir()) == []
+
+
+def _fill(disk: Path) -> None:
+    with open(disk / "filler", "ab", buffering=0) as f:  # the disk to its last block
+        try:
+            while f.write(b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+
+
+def test_latest_on_a_full_disk_keeps_the_old_run_id_and_says_where(small_disk):
+    latest = small_disk / "LATEST"
+    latest.write_text("run-1\n")
+    _fill(small_disk)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kdakit.controller_files", "latest", "--results", str(small_disk),
+         "--run-id", "run-2-with-a-longer-name" * 4], capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        f"kdakit: cannot write {latest}: No space left on device (0 B free on {small_disk})"
+    )
+    assert latest.read_text() == "run-1\n"
+    assert sorted(p.name for p in small_disk.iterdir()) == ["LATEST", "filler"]
+
+
+def test_report_on_a_full_disk_keeps_the_old_report(small_disk, tmp_path):
+    from kdakit import report
+
+    tree = tmp_path / "results"
+    results.write_result(tree / "r1" / "h1" / "helion" / "gsm8k.result.json", _record())
+    (small_disk / "report.md").write_text("old\n")
+    _fill(small_disk)
+    full = rf"^cannot write {small_disk}/report\.md: No space left on device \(0 B free on {small_disk}\)$"
+    with pytest.raises(OSError, match=full):
+        report.write_report(tree, small_disk, plots=False)
+    assert (small_disk / "report.md").read_text() == "old\n"
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "report.md"]
+
+
+def test_space_preflight_refuses_in_one_line(small_disk):
+    proc = subprocess.run(
+        [sys.executable, "-m", "kdakit.controller_files", "space", "--results", str(small_disk / "results"),
+         "--hosts", "3", "--arms", "2"], capture_output=True, text=True, cwd=REPO,
+        env=dict(os.environ, KDAKIT_RESULTS_MB_PER_HOST_ARM="1"),
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"controller: results {small_disk / 'results'} has ")
+    assert f"free on {small_disk}, the run needs about 6.0 MiB (3 host(s) x 2 arm(s))" in proc.stderr
+    assert not (small_disk / "results").exists()
+
+
+def test_collect_commits_only_whole_files_and_keeps_the_earlier_copy(tmp_path):
+    from kdakit import controller_files
+
+    dest, staged = tmp_path / "dest", tmp_path / "dest" / ".collect-staged"
+    (dest / "diag").mkdir(parents=True)
+    (dest / "diag" / "server.log").write_text("earlier whole copy\n")
+    host = {"a.result.json": b'{"x": 1}\n', "diag/server.log": b"line 1\nline 2\n"}
+    manifest = [{"path": k, "size": len(v), "checksum": hashlib.sha1(v).hexdigest()} for k, v in host.items()]
+    (staged / "diag").mkdir(parents=True)
+    (staged / "a.result.json").write_bytes(host["a.result.json"])
+    (staged / "diag" / "server.log").write_bytes(b"")  # the fetch ran out of space: a 0-byte part
+    problems = controller_files.commit_collected(staged, dest, manifest)
+    assert problems == [f"{dest}/diag/server.log: fetched 0 of 14 bytes"]
+    assert (dest / "a.result.json").read_bytes() == host["a.result.json"]
+    assert (dest / "diag" / "server.log").read_text() == "earlier whole copy\n"
+    assert not staged.exists()
+
+
+def test_a_part_left_in_the_staging_folder_is_no_record(tmp_path):
+    from kdakit import report
+
+    tree = tmp_path / "results"
+    arm = tree / "r1" / "h1" / "helion"
+    results.write_result(arm / "gsm8k.result.json", _record())
+    (arm / ".collect-staged").mkdir()
+    (arm / ".collect-staged" / "gsm8k-2.result.json").write_bytes(b"")  # an interrupted fetch's part
+    collected = report.collect(tree)
+    assert collected.skipped == [] and len(collected.records) == 1
+    assert [p for p, _ in results.iter_results(tree)] == [arm / "gsm8k.result.json"]

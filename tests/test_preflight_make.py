@@ -133,3 +133,22 @@ def test_ab_visits_the_arms_interleaved_as_the_bench_protocol_asks(tmp_path, pro
         assert all(f"kdakit_bench_protocol={protocol}" in line for line in lines)
     else:
         assert not any("kdakit_bench_protocol" in line for line in lines)
+
+
+def test_deploy_refuses_when_the_controller_cannot_hold_the_results(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "LATEST").write_text("earlier-run\n")
+    env_var = "KDAKIT_RESULTS_MB_PER_HOST_ARM=100000000"  # 95 TiB a host arm: no disk here holds that
+    proc, seconds = make("deploy-h200", f"RESULTS={results}", "RUN_ID=new-run", env_var)
+    assert proc.returncode != 0 and seconds < 30
+    line = (proc.stdout + proc.stderr).strip().splitlines()
+    refusal = [x for x in line if x.startswith("controller: ")]
+    assert len(refusal) == 1, proc.stdout + proc.stderr
+    assert refusal[0].startswith(f"controller: results {results} has ")
+    assert (
+        "the run needs about 97656.2 GiB (1 host(s) x 1 arm(s)); free space there or pass RESULTS="
+        in (refusal[0])
+    )
+    assert (results / "LATEST").read_text() == "earlier-run\n"  # nothing written, nothing started
+    assert "PLAY [" not in proc.stdout

@@ -148,7 +148,8 @@ def test_report_content_missing_and_verdicts(tmp_path):
     assert "| 4096 / 1024 | 1 | 438.00 | 442.00 | +0.91% | 438.42 | 442.10 | +0.84% | -0.10% | -0.02% |" in md
     # Missing and failed points are shown, not dropped.
     assert "| 32768 / 1024 | 48 | missing | missing | n/a | not published | not published |" in md
-    assert "| 32768 / 1024 | 16 | 669.00 | failed | n/a | 668.92 | 666.20 |" in md
+    # a failed point says why, in its cell
+    assert "| 32768 / 1024 | 16 | 669.00 | failed: run 2: completed 63 of 64 requests | n/a | 668.92 |" in md
     assert "| decode | 48 × 1 | 40.00 | failed | n/a | 40.80 | 29.54 |" in md
     assert "| verify | 1 × 6 | missing | missing | n/a | 18.69 | 12.16 |" in md
     assert (

@@ -36,9 +36,10 @@ CACHE_BUDGET = int(float(os.environ.get("KDAKIT_CI_CACHE_GB", "15")) * 1e9)
 # Another run's entries younger than this are kept by prune_cache (that run may still use them).
 RECENT_S = 3600
 _USED: set[Path] = set()  # cache entries (wheelhouses, tarballs) this process used
-# When the test session began: entries stamped since then are this session's, whichever xdist worker used
-# them (prune_cache runs in the controller, after the workers).
-SESSION_START: float | None = None
+# This test session's id (tests/conftest.py sets it in the controller; xdist workers inherit it): what the
+# session uses is noted in its ledger, CACHE/sessions/<id>/, and prune_cache counts only that as its own, so
+# a second session on this machine never takes another's fresh stamps (or idle hosts) for its own.
+SESSION_ENV = "KDAKIT_TEST_SESSION"
 _USED_IMAGES: set[str] = set()  # image tags this process built or reused on the image-building engine
 ENGINE_ROOT = CACHE / "engine"  # the image-building engine; its data root is the layer cache
 DEBIAN_SUITE = "bookworm"
@@ -83,6 +84,7 @@ def used_image(tag: str) -> str:
     """Note that this run uses tag on the image-building engine (prune_cache keeps it, in any process on
     this machine for RECENT_S); returns tag."""
     _USED_IMAGES.add(tag)
+    note_session_use(f"image:{tag}")
     stamp = _image_use_stamp(tag)
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(f"{tag}\n")
@@ -112,8 +114,27 @@ def cache_size(path: Path | None = None) -> int:
     return int(proc.stdout.split()[0]) if proc.returncode == 0 and proc.stdout else 0
 
 
+def _ledger() -> Path | None:
+    session = os.environ.get(SESSION_ENV)
+    return CACHE / "sessions" / session if session else None
+
+
+def note_session_use(what: object) -> None:
+    """Note in this session's ledger that it uses what (a cache entry's path, an image, a host engine)."""
+    ledger = _ledger()
+    if ledger is not None:
+        ledger.mkdir(parents=True, exist_ok=True)
+        (ledger / _key(what)).write_text(f"{what}\n")
+
+
+def session_used(what: object) -> bool:
+    ledger = _ledger()
+    return ledger is not None and (ledger / _key(what)).exists()
+
+
 def _mark_used(entry: Path, stamp: Path) -> None:
     _USED.add(entry)
+    note_session_use(entry)
     os.utime(stamp)  # "recently used", for another run's prune_cache
 
 
@@ -126,22 +147,24 @@ def _stale(entry: Path, stamp: Path) -> bool:
 
 
 def session_used_cache() -> bool:
-    """Whether this process or this session (any xdist worker) used the cache: an image-use stamp since
-    SESSION_START (every Docker test notes the images it uses)."""
-    if _USED or _USED_IMAGES:
-        return True
-    if SESSION_START is None:
-        return False
-    stamps = (CACHE / "image-uses").glob("*")
-    return any(stamp.stat().st_mtime >= SESSION_START for stamp in stamps if stamp.is_file())
+    """Whether this process or this session (any xdist worker) used the cache: its ledger holds a note (every
+    Docker test notes the images it uses). Another session's stamps, however fresh, do not count."""
+    ledger = _ledger()
+    return bool(_USED or _USED_IMAGES) or (ledger is not None and any(ledger.glob("*")))
 
 
 def _ours(entry: Path, stamp: Path) -> bool:
     """Used by this process, or by this session (another of its xdist workers)."""
+    return entry in _USED or session_used(entry)
+
+
+def _idle_host_engine_removable(root: Path) -> bool:
+    """A test host's engine goes only when this session used it or no run has in the last RECENT_S (its lock
+    file's mtime: sshhosts touches it at every start)."""
     try:
-        return entry in _USED or (SESSION_START is not None and stamp.stat().st_mtime >= SESSION_START)
+        return session_used(root) or time.time() - (root / "lock").stat().st_mtime > RECENT_S
     except OSError:
-        return entry in _USED
+        return False
 
 
 def prune_cache(budget: int | None = None, log=None) -> int:
@@ -172,7 +195,7 @@ def prune_cache(budget: int | None = None, log=None) -> int:
     if cache_size() > budget:
         for hosts_root in (CACHE / "playbook-hosts", CACHE / "fault-hosts"):
             for root in hosts_root.glob("*"):
-                if (root / "lock").exists() and dockerd.remove_if_unused(root):
+                if _idle_host_engine_removable(root) and dockerd.remove_if_unused(root):
                     print(f"kdakit CI cache: removed the idle test-host engine {root}", file=log)
     # Images cost a rebuild (minutes), so they go last, and never one that another run on this machine
     # built or used in the last hour.
@@ -202,6 +225,12 @@ def prune_cache(budget: int | None = None, log=None) -> int:
     for wheel in (CACHE / "wheels").glob("*.whl"):
         if wheel.stat().st_nlink == 1:
             wheel.unlink(missing_ok=True)
+    ledger = _ledger()
+    if ledger is not None:
+        shutil.rmtree(ledger, ignore_errors=True)  # this session is over
+    for old in (CACHE / "sessions").glob("*"):
+        if time.time() - old.stat().st_mtime > 24 * 3600:  # a session that died before its prune
+            shutil.rmtree(old, ignore_errors=True)
     size = cache_size()
     verdict = "within" if size <= budget else "OVER"
     print(

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.infra import dockerd
+from tests.infra import dockerd, images
 
 SSHD = "/usr/sbin/sshd"
 # Each run's hosts get one /24 of this pool (4096 of them); host i gets <block>.<4i>/30.
@@ -386,6 +386,9 @@ def _start_engine_slot(engine_root: Path, name: str, netns: str, run_claim: Clai
         except dockerd.DockerdBusy:
             continue
         run_claim.record("engines", str(engine.root))
+        # this session's (prune_cache may remove it at the session's end; another session's prune may not)
+        images.note_session_use(engine.root)
+        os.utime(engine.root / "lock")
         return engine
     raise HostError(f"all {ENGINE_SLOTS} engine slots of {name} under {engine_root} are in use")
 
