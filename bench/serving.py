@@ -6,12 +6,13 @@ For every point of the protocol: an optional warm-up run, then `runs` runs of
 `--flush-cache`: the client flushes the server's prefix cache after its own warm-up request and before the
 measured requests, and since SGLang resets its speculative-decoding counters on a flush, the accept length
 the client reads afterwards covers that run's requests only. Every client run has the protocol's request
-and run limits (kdakit.bounded); a hung point is recorded as such, the points before it are kept and the
-rest are marked not run. GPU telemetry is sampled throughout (kdakit.telemetry), the measured runs marked.
+and run limits (kdakit.measure.bounded); a hung point is recorded as such, the points before it are kept
+and the rest are marked not run. GPU telemetry is sampled throughout (kdakit.measure.telemetry), the
+measured runs marked.
 
 The median output throughput of the runs is the point's number (`pr`, as the PR did); the record also keeps
-mean, spread and every run, and the report pools every record (repeat) of a point (kdakit.stats). Raw files
-(JSONL lines and console logs) stay beside the record `<arm>-<protocol>.result.json`; a re-run gets
+mean, spread and every run, and the report pools every record (repeat) of a point (kdakit.records.stats).
+Raw files (JSONL lines and console logs) stay beside the record `<arm>-<protocol>.result.json`; a re-run gets
 `<arm>-<protocol>-2.result.json` and counts as the next repeat.
 """
 
@@ -39,8 +40,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from kdakit import access, bounded, context, integrity, results, telemetry
 from kdakit.errors import UsageError
+from kdakit.launch import access
+from kdakit.measure import bounded, context, integrity, telemetry
+from kdakit.records import results
 
 PROTOCOLS_FILE = Path(__file__).with_name("protocols.toml")
 # SGLang's client, its flush carrying the admin key (bench/sglang_client.py says why).

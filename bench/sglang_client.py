@@ -14,7 +14,7 @@ import os
 import requests
 from sglang.benchmark import serving
 
-from kdakit import access
+from kdakit.launch import access
 
 _client_flush = serving.flush_server_cache
 

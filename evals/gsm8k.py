@@ -7,8 +7,8 @@
   train split as chat turns, lm-eval's strict and flexible filters.
 
 Both read the kit's GSM8K copy (sha256-checked); each run is one tool invocation with the protocol's
-request and run limits (kdakit.bounded), GPU telemetry beside it (kdakit.telemetry), and one record naming
-the tool, its version, the scored rows and the shots.
+request and run limits (kdakit.measure.bounded), GPU telemetry beside it (kdakit.measure.telemetry), and one
+record naming the tool, its version, the scored rows and the shots.
 
 Why lm-eval's `local-chat-completions`: the served models are chat reasoning models (GLM-5.3-Flash) and the
 PR's protocol sets `reasoning_effort=low`, a chat-template parameter the server applies only to chat
@@ -35,8 +35,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kdakit import access, bounded, context, integrity, results, telemetry
 from kdakit.errors import UsageError
+from kdakit.launch import access
+from kdakit.measure import bounded, context, integrity, telemetry
+from kdakit.records import results
 
 HERE = Path(__file__).parent
 PROTOCOLS_FILE = HERE / "protocols.toml"

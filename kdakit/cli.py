@@ -11,16 +11,16 @@ from kdakit.errors import UsageError
 # Subcommand -> module exposing `register(subparsers)`, which adds that subcommand and sets `func`.
 COMMAND_MODULES = {
     "pins": "kdakit.pins",
-    "plan": "kdakit.plan",
-    "serve": "kdakit.serve",
-    "sglang-args": "kdakit.sglang_args",
-    "preflight": "kdakit.preflight",
-    "health": "kdakit.health",
+    "plan": "kdakit.launch.plan",
+    "serve": "kdakit.launch.serve",
+    "sglang-args": "kdakit.launch.sglang_args",
+    "preflight": "kdakit.checks.preflight",
+    "health": "kdakit.checks.health",
     "eval": "kdakit.evals.gsm8k",
     "bench": "kdakit.bench.serving",
     "report": "kdakit.report",
     "kernels": "kdakit.kernels.tools.cli",
-    "selftest": "kdakit.selftest",
+    "selftest": "kdakit.checks.selftest",
 }
 
 

@@ -26,11 +26,11 @@ kdakit_playbook = ANSIBLE_CONFIG=playbooks/ansible.cfg playbooks/run-step.sh pla
 	-e kdakit_hosts=$(2) -e kdakit_run_id=$(3) -e kdakit_arm=$(4) -e kdakit_results_dir=$(abspath $(RESULTS)) \
 	$(if $(DRY_RUN),--check --diff) $(EXTRA)
 # (atomically: a full disk keeps the earlier LATEST and says which file, how much is free and where)
-kdakit_latest = $(PY) -m kdakit.controller_files latest --results $(RESULTS) --run-id $(1)
-# One table of every host's checks (kdakit/preflight.py through playbooks/preflight.yml), before anything
+kdakit_latest = $(PY) -m kdakit.records.controller_files latest --results $(RESULTS) --run-id $(1)
+# One table of every host's checks (kdakit/checks/preflight.py through playbooks/preflight.yml), before anything
 # heavy. As a gate ($(call kdakit_preflight,SKU,--gate [--build])) it stops only when the controller cannot
 # build or no host is ready; deploy then records the hosts that are not ready as failed.
-kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/preflight.py cluster --sku $(1) \
+kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/checks/preflight.py cluster --sku $(1) \
 	--inventory $(INVENTORY) --playbook playbooks/preflight.yml --ansible-playbook $(ANSIBLE_PLAYBOOK) \
 	--ansible-inventory $(dir $(ANSIBLE_PLAYBOOK))ansible-inventory --docker $(DOCKER) --extra "$(EXTRA)" \
 	--results $(RESULTS) $(2)
@@ -48,7 +48,7 @@ rc=0; for visit in $$(seq $$visits); do for arm in $(ARMS); do \
     $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) $(kdakit_bench_protocol_arg) || rc=1; \
 done; done; done; \
 echo "== $(1) roll-up (run $(NEW_RUN_ID))"; \
-$(PY) -m kdakit.provenance rollup $(RESULTS)/$(NEW_RUN_ID) || rc=1; \
+$(PY) -m kdakit.records.provenance rollup $(RESULTS)/$(NEW_RUN_ID) || rc=1; \
 $(KDAKIT) report $(RESULTS)/$(NEW_RUN_ID) || rc=1; exit $$rc
 endef
 

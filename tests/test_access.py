@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kdakit import access
+from kdakit.launch import access
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -151,7 +151,7 @@ def test_the_env_file_keys_are_new_per_run_and_kept_within_a_run():
 def test_the_controller_command_reads_the_previous_file_on_stdin():
     previous = access.env_file_lines("r1")
     out = subprocess.run(
-        [sys.executable, "-m", "kdakit.access", "env-file", "--run-id", "r1"],
+        [sys.executable, "-m", "kdakit.launch.access", "env-file", "--run-id", "r1"],
         input=previous, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert out == previous

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 from kdakit.bench import serving
 
-from kdakit import access, cli, results
+from kdakit import cli
+from kdakit.launch import access
+from kdakit.records import results
 
 HERE = Path(__file__).parent
 spec = importlib.util.spec_from_file_location("kdakit_test_fake_openai", HERE / "fakes" / "openai_server.py")

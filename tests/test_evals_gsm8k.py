@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from kdakit.evals import gsm8k
 
-from kdakit import access, cli, report, results
+from kdakit import cli, report
+from kdakit.launch import access
+from kdakit.records import results
 
 FAKE_PATH = Path(__file__).parent / "fakes" / "openai_server.py"
 FAKE_NVIDIA_SMI = Path(__file__).parent / "fakes" / "nvidia_smi.py"

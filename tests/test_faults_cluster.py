@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kdakit import hostlock
+from kdakit.launch import hostlock
 from tests.infra import dockerd, images, sshhosts, stub_kdakit_image
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]

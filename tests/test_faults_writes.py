@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kdakit import provenance, results
+from kdakit.records import provenance, results
 from tests.test_results_schema import gsm8k_record
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_disk_full_is_one_line_with_the_path_and_leaves_nothing(small_disk):
     # provenance: the CLI says which file and keeps the old record
     run = small_disk / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "kdakit.provenance", "record", "--results", str(run), "--run-id", "r1",
+        [sys.executable, "-m", "kdakit.records.provenance", "record", "--results", str(run), "--run-id", "r1",
          "--arm", "helion", "--step", "deploy"],
         input=json.dumps([{"host": "h1", "outcome": "ok", "cause": ""}]), capture_output=True, text=True,
         cwd=REPO,
@@ -92,7 +92,7 @@ def test_latest_on_a_full_disk_keeps_the_old_run_id_and_says_where(small_disk):
     latest.write_text("run-1\n")
     _fill(small_disk)
     proc = subprocess.run(
-        [sys.executable, "-m", "kdakit.controller_files", "latest", "--results", str(small_disk),
+        [sys.executable, "-m", "kdakit.records.controller_files", "latest", "--results", str(small_disk),
          "--run-id", "run-2-with-a-longer-name" * 4], capture_output=True, text=True, cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 1
@@ -119,8 +119,9 @@ def test_report_on_a_full_disk_keeps_the_old_report(small_disk, tmp_path):
 
 def test_space_preflight_refuses_in_one_line(small_disk):
     proc = subprocess.run(
-        [sys.executable, "-m", "kdakit.controller_files", "space", "--results", str(small_disk / "results"),
-         "--hosts", "3", "--arms", "2"], capture_output=True, text=True, cwd=REPO,
+        [sys.executable, "-m", "kdakit.records.controller_files", "space",
+         "--results", str(small_disk / "results"), "--hosts", "3", "--arms", "2"],
+        capture_output=True, text=True, cwd=REPO,
         env=dict(os.environ, KDAKIT_RESULTS_MB_PER_HOST_ARM="1"),
     )  # fmt: skip
     assert proc.returncode == 1
@@ -131,7 +132,7 @@ def test_space_preflight_refuses_in_one_line(small_disk):
 
 
 def test_collect_commits_only_whole_files_and_keeps_the_earlier_copy(tmp_path):
-    from kdakit import controller_files
+    from kdakit.records import controller_files
 
     dest, staged = tmp_path / "dest", tmp_path / "dest" / ".collect-staged"
     (dest / "diag").mkdir(parents=True)
@@ -149,13 +150,13 @@ def test_collect_commits_only_whole_files_and_keeps_the_earlier_copy(tmp_path):
 
 
 def test_a_part_left_in_the_staging_folder_is_no_record(tmp_path):
-    from kdakit import report
+    from kdakit.report import model as report_model
 
     tree = tmp_path / "results"
     arm = tree / "r1" / "h1" / "helion"
     results.write_result(arm / "gsm8k.result.json", _record())
     (arm / ".collect-staged").mkdir()
     (arm / ".collect-staged" / "gsm8k-2.result.json").write_bytes(b"")  # an interrupted fetch's part
-    collected = report.collect(tree)
+    collected = report_model.collect(tree)
     assert collected.skipped == [] and len(collected.records) == 1
     assert [p for p, _ in results.iter_results(tree)] == [arm / "gsm8k.result.json"]

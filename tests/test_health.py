@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from kdakit import cli, health
+from kdakit import cli
+from kdakit.checks import health
 from kdakit.errors import UsageError
 
 

@@ -1,4 +1,4 @@
-"""The per-host run lock (kdakit/hostlock.py): a second run is refused at once with one line naming the
+"""The per-host run lock (kdakit/launch/hostlock.py): a second run is refused at once with one line naming the
 holder; a holder that is gone (checked on facts: its process on this controller, or an expired refresh for
 another controller) is taken over; only the holding run releases it."""
 
@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kdakit import hostlock
+from kdakit.launch import hostlock
 
 SCRIPT = Path(hostlock.__file__)
 

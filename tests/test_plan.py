@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from kdakit import plan, profiles
+from kdakit import profiles
 from kdakit.errors import UsageError
+from kdakit.launch import plan
 
 KDA_FLAGS = {"--linear-attn-prefill-backend", "--linear-attn-decode-backend", "--linear-attn-verify-backend"}
 

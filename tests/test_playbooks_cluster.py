@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kdakit import access
+from kdakit.launch import access
 from kdakit.report import load_published
 from tests.infra import bench_client_image, dockerd, fake_server_image, images, sshhosts
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from kdakit import plan
+from kdakit.launch import plan
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = REPO / "playbooks"

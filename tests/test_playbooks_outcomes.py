@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kdakit import provenance
+from kdakit.records import provenance
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -90,7 +90,7 @@ def test_outcomes_are_true_and_never_upgraded(rig):
     assert after["outcome"] == "failed" and after["cause"] == first["cause"] and after["step"] == "deploy"
     assert after["image"] == "kdakit:h200" and after["steps"]["collect"]["outcome"] == "ok"
 
-    cmd = [sys.executable, "-m", "kdakit.provenance", "rollup", str(rig / "results" / "r1")]
+    cmd = [sys.executable, "-m", "kdakit.records.provenance", "rollup", str(rig / "results" / "r1")]
     rollup = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert rollup.returncode == 1
     rows = [r.split(None, 4) for r in rollup.stdout.splitlines()[1:-1]]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kdakit import preflight as pf
+from kdakit.checks import preflight as pf
 
 FOUR_H200 = "\n".join(f"{i}, NVIDIA H200, 580.95.05, 0, 143771" for i in range(4)) + "\n"
 

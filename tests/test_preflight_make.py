@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kdakit import preflight as pf
+from kdakit.checks import preflight as pf
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "images"))

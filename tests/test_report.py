@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kdakit import cli, report, results
+from kdakit import cli, report
+from kdakit.records import results
+from kdakit.report import model as report_model
+from kdakit.report import render as report_render
+from kdakit.report import sections as report_sections
 
 GOLDEN = Path(__file__).parent / "data" / "report" / "report.md"
 PROVENANCE = {
@@ -142,8 +146,8 @@ def test_report_matches_golden_markdown(tmp_path):
 
 def test_report_content_missing_and_verdicts(tmp_path):
     root = build_fixture_tree(tmp_path / "results")
-    sections = report.build(root, plots=False)
-    md = report.to_markdown(sections, "t")
+    sections = report_sections.build(root, plots=False)
+    md = report_render.to_markdown(sections, "t")
     # Our medians, changes and the published values beside them.
     assert "| 4096 / 1024 | 1 | 438.00 | 442.00 | +0.91% | 438.42 | 442.10 | +0.84% | -0.10% | -0.02% |" in md
     # Missing and failed points are shown, not dropped.
@@ -189,7 +193,7 @@ def test_parity_claim_fails_when_a_point_deviates(tmp_path):
     point = record["metrics"]["points"][1]
     point["runs"][0]["output_throughput"] = point["median_output_throughput"] = 2400.0  # -4.99% vs 2526
     results.write_result(path, record)
-    verdicts = {row[0]: row[2] for row in report.build(root, plots=False)[1].blocks[0].rows}
+    verdicts = {row[0]: row[2] for row in report_sections.build(root, plots=False)[1].blocks[0].rows}
     assert verdicts["Helion throughput is within ±1% of Triton on H200"] == "does not hold"
 
 
@@ -236,7 +240,7 @@ def test_report_works_with_any_kind_absent(tmp_path, missing):
     root = build_fixture_tree(tmp_path / "results")
     for path in (root / "ab-1" / "h200-a" / missing).iterdir():
         path.unlink()
-    md = report.to_markdown(report.build(root, plots=False), "t")
+    md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert {"serving": "No serving results.", "kernels": "No kernel results.", "gsm8k": "No GSM8K results."}[
         missing
     ] in md
@@ -279,7 +283,7 @@ ARMS = ("triton", "helion")
 
 def test_rigorous_verdicts_on_synthetic_runs_with_known_differences(tmp_path):
     root = _rigorous_tree(tmp_path / "results")
-    rows = report.serving_rows(report.collect(root), report.load_published())
+    rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
     rows = {r["key"][2]: r for r in rows if r["key"][0] == 4096}
     assert rows[1]["verdict"] == "different (CI excludes 1)"
     assert rows[16]["verdict"] == "within ±1 % (CI inside the band)"
@@ -291,19 +295,19 @@ def test_rigorous_verdicts_on_synthetic_runs_with_known_differences(tmp_path):
         assert rows[c]["aa"].n == 10  # run 2 / run 1 in every visit of both arms
         assert rows[c]["aa_verdict"] == "within ±1 % (CI inside the band)"
         assert rows[c]["interleaved"]
-    md = report.to_markdown(report.build(root, plots=False), "t")
+    md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert "visits interleaved (ABAB…)." in md
     assert "| 4096 / 1024 | 16 | 2500.00 | 2502.50 | +0.10% |" in md and "| 5 / 5 | 1.0010 [" in md
     claim = next(line for line in md.splitlines() if "(protocol rigorous)" in line)
     assert "| does not hold | 1 of 3 points with the 95 % CI inside ±1 %, 1 outside" in claim
-    sections = report.build(root)  # plots: error bars and the ratio plot render
-    assert any(isinstance(b, report.Plot) and b.filename.startswith("serving-ratio-") for s in sections
+    sections = report_sections.build(root)  # plots: error bars and the ratio plot render
+    assert any(isinstance(b, report_model.Plot) and b.filename.startswith("serving-ratio-") for s in sections
                for b in s.blocks)  # fmt: skip
 
 
 def test_visits_not_interleaved_are_flagged(tmp_path):
     root = _rigorous_tree(tmp_path / "results", interleave=False)
-    md = report.to_markdown(report.build(root, plots=False), "t")
+    md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert "visits NOT interleaved." in md
 
 
@@ -320,11 +324,11 @@ def test_reruns_are_repeats_counted_and_pooled_not_the_latest(tmp_path):
                 f"2026-11-29T09:0{2 * k}:0{arm == 'helion'}+00:00",
                 name,
             )
-    rows = report.serving_rows(report.collect(root), report.load_published())
+    rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
     row = next(r for r in rows if r["key"] == (4096, 1024, 1))
     assert (row["triton"], row["helion"]) == (200.0, 202.0)  # the median of the three repeats, not the last
-    assert row["ci_basis"] == "paired over 3 visits" and report._repeats_text(row["visits"]) == "3 / 3"
-    md = report.to_markdown(report.build(root, plots=False), "t")
+    assert row["ci_basis"] == "paired over 3 visits" and report_model.repeats_text(row["visits"]) == "3 / 3"
+    md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert "triton: dataset random-ids, 2 runs per point, 3 repeat(s)" in md
 
 
@@ -334,7 +338,7 @@ def test_lowercase_sku_from_the_playbooks_matches_the_published_numbers(tmp_path
         record = results.read_result(path)
         record["sku"] = "h200"  # what group_vars' kdakit_sku gives $KDAKIT_SKU
         results.write_result(path, record)
-    md = report.to_markdown(report.build(root, plots=False), "t")
+    md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert "| 4096 / 1024 | 1 | 438.00 | 442.00 | +0.91% | 438.42 | 442.10 | +0.84% |" in md
     assert (
         "| Helion throughput is within ±1% of Triton on H200 | 000_73b73c95dc10b4a8 | holds where measured"
@@ -358,7 +362,7 @@ def test_gsm8k_published_matched_on_protocol_gpu_and_arm_and_limited_runs_never_
     _gsm8k(root, "b.result.json", "triton", "H200", 0.97)
     _gsm8k(root, "c.result.json", "helion", "B200", 0.97)
     _gsm8k(root, "d.result.json", "helion", "H200", 1.0, n=20, limited=True)
-    md = report.to_markdown(report.build(root, plots=False), "t")
+    md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     rows = [line for line in md.splitlines() if line.startswith("| h200-a |") and "(numeric)" in line]
     assert len(rows) == 4
     assert "| h200-a | H200 | helion | pr | sglang-run-eval | 1 | 100 | — | — | 0.9800 |" in md
@@ -382,7 +386,7 @@ def test_gsm8k_arm_differences_are_judged_against_run_to_run_noise(tmp_path):
     for j, (t, h) in enumerate([(0.90, 0.95), (0.91, 0.96)], 1):
         _gsm8k(root, f"t{j}.result.json", "triton", "H200", t, run=j)
         _gsm8k(root, f"h{j}.result.json", "helion", "H200", h, run=j)
-    (d,) = report.gsm8k_arm_differences(report.collect(root).gsm8k)
+    (d,) = report_sections.gsm8k_arm_differences(report_model.collect(root).gsm8k)
     assert d["noise"] == "run-to-run" and d["difference_pts"] == pytest.approx(5.0)
     assert d["verdict"].startswith("different: +5.00 pts, beyond the ±")
     for path in root.rglob("*.result.json"):
@@ -390,6 +394,6 @@ def test_gsm8k_arm_differences_are_judged_against_run_to_run_noise(tmp_path):
     for j in (1, 2):  # identical runs measure no noise: the binomial noise of 100 questions stands in
         _gsm8k(root, f"t{j}.result.json", "triton", "H200", 0.905, run=j)
         _gsm8k(root, f"h{j}.result.json", "helion", "H200", 0.92, run=j)
-    (d,) = report.gsm8k_arm_differences(report.collect(root).gsm8k)
+    (d,) = report_sections.gsm8k_arm_differences(report_model.collect(root).gsm8k)
     assert d["noise"] == "binomial (runs identical or single)"
     assert d["verdict"].startswith("no difference beyond the noise: +1.50 pts within ±")

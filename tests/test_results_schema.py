@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from kdakit import provenance, results
 from kdakit.errors import UsageError
+from kdakit.records import provenance, results
 
 PROVENANCE = {
     "kdakit_version": "0.1.0",
@@ -140,7 +140,8 @@ def test_provenance_reads_server_command_and_sku(tmp_path, monkeypatch):
 
 
 def test_every_launch_arm_is_a_valid_record_arm(tmp_path):
-    from kdakit import context, profiles
+    from kdakit import profiles
+    from kdakit.measure import context
 
     for arm in profiles.arms():
         assert arm in context.ARMS

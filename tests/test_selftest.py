@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from kdakit import pins, selftest
+from kdakit import pins
+from kdakit.checks import selftest
 
 PINNED = pins.load()
 
@@ -176,7 +177,7 @@ def test_gpu_parity_harness_on_the_cpu_interpreter():
     from kdakit.kernels.tools import testing
     from kdakit.kernels.tools import upstream as upstream_kernels
 
-    from kdakit import selftest_gpu
+    from kdakit.checks import selftest_gpu
 
     with testing.interpreter():
         kernels = upstream_kernels.load()

@@ -6,7 +6,7 @@ import stat
 import subprocess
 import sys
 
-from kdakit import access, plan
+from kdakit.launch import access, plan
 
 API_KEY = "test-api-key-" + "a" * 24
 ADMIN_KEY = "test-admin-key-" + "b" * 24

@@ -4,7 +4,8 @@ import warnings
 
 import pytest
 
-from kdakit import pins, plan, serve, sglang_args
+from kdakit import pins
+from kdakit.launch import plan, serve, sglang_args
 
 
 def test_snapshot_matches_the_pinned_wheel():

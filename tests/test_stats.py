@@ -1,4 +1,4 @@
-"""kdakit.stats against SciPy's own t tests, and the verdict boundaries."""
+"""kdakit.records.stats against SciPy's own t tests, and the verdict boundaries."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sp
 
-from kdakit import stats
+from kdakit.records import stats
 
 BASE = [1000.0, 1012.0, 995.0, 1003.0, 990.0]
 

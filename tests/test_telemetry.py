@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kdakit import telemetry
+from kdakit.measure import telemetry
 
 FAKE = Path(__file__).parent / "fakes" / "nvidia_smi.py"
 

@@ -5,7 +5,8 @@ restore for prefill, single-call replays with L2 flushed, HBM floor from the mea
 arm's outputs and states are checked against SGLang's Triton kernel before it is timed. Shapes and defaults
 come from kernels/shapes.toml. Each shape is timed in `repeats` rounds: every arm once per round, the order
 rotated round to round, so drift and thermal state hit every arm alike; the table shows each arm's median over
-the rounds, and kdakit's time over each other arm's gets a 95 % interval paired by round (kdakit.stats).
+the rounds, and kdakit's time over each other arm's gets a 95 % interval paired by round
+(kdakit.records.stats).
 
 The pure parts (byte counts, statistics, table, JSON) run anywhere; timing needs an NVIDIA GPU.
 """
@@ -260,12 +261,13 @@ def arm_timing(rounds: list[dict]) -> dict:
 
 
 def kdakit_vs(row: dict, band_pct: float) -> dict[str, dict]:
-    """kdakit's per-call time / each other arm's, as kdakit.stats' paired ratio interval over the rounds both
-    arms ran (a pair: one round's two medians) and its verdict; only arms sharing >= 2 rounds with kdakit."""
+    """kdakit's per-call time / each other arm's, as kdakit.records.stats' paired ratio interval over the
+    rounds both arms ran (a pair: one round's two medians) and its verdict; only arms sharing >= 2 rounds
+    with kdakit."""
     ours = _round_values(row, KDAKIT)
     if len(ours) < 2:
         return {}
-    from kdakit import stats  # scipy: imported only for a record with rounds
+    from kdakit.records import stats  # scipy: imported only for a record with rounds
 
     out = {}
     for arm in (a for a in row["arms"] if a != KDAKIT):
@@ -395,7 +397,7 @@ def ratio_table(result: dict) -> list[str]:
         compared = [(row, vs) for row, vs in compared if vs]
         if not compared:
             return []
-        from kdakit import stats
+        from kdakit.records import stats
     except ImportError:  # no scipy where this prints (a bench host): the record keeps the rounds
         return ["", "kdakit / each arm over the rounds: needs scipy (`kdakit kernels bench-table RAW`)."]
     lines = [
@@ -561,7 +563,7 @@ def normalized_rows(result: dict) -> list[dict]:
 
 
 def write_outputs(result: dict, out_dir: Path, run_id: str) -> tuple[Path, Path | None]:
-    """The raw JSON (every sample) and, where kdakit.results imports, a validated `kernels` record."""
+    """The raw JSON (every sample) and, where kdakit.records.results imports, a validated `kernels` record."""
     out_dir.mkdir(parents=True, exist_ok=True)
     raw = out_dir / RAW_NAME
     raw.write_text(json.dumps(result, indent=1) + "\n")
@@ -574,7 +576,7 @@ def write_outputs(result: dict, out_dir: Path, run_id: str) -> tuple[Path, Path 
 def write_record(result: dict, out_dir: Path, run_id: str) -> Path:
     """The normalized kdakit.result.v1 `kernels` record; GPU, driver, host and versions come from the
     bench run itself (so a record written later, on another machine, still describes the bench host)."""
-    from kdakit import provenance, results
+    from kdakit.records import provenance, results
 
     env = result["environment"]
     prov = provenance.gather()
@@ -1029,7 +1031,7 @@ def environment() -> dict:
         pass
     pinned = pins.load()["packages"]
     try:  # the code that ran (a record written later elsewhere must not take that machine's checkout)
-        from kdakit.provenance import git_sha
+        from kdakit.records.provenance import git_sha
 
         sha, dirty = git_sha()
     except Exception:

@@ -17,7 +17,7 @@ from kdakit.kernels.tools import autotune
 from kdakit.kernels.tools.testing import decode_case, interpreter, verify_case
 from kdakit.kernels.tuned import Bucket, KernelConfigWarning, TunedConfig
 
-from kdakit import selftest
+from kdakit.checks import selftest
 from kdakit.cli import main
 from tests.kernels.kernel_configs import config_warnings, tuned_record
 

@@ -188,7 +188,7 @@ def test_targets_are_judged_from_the_measured_numbers():
 
 
 def test_normalized_record_validates_against_the_results_schema(tmp_path):
-    results = pytest.importorskip("kdakit.results")
+    results = pytest.importorskip("kdakit.records.results")
     result = _result()
     rows = bench.normalized_rows(result)
     assert len(rows) == 8
@@ -334,7 +334,7 @@ def test_bench_decode_and_verify_on_gpu(tmp_path):
 
 
 def test_cli_record_writes_the_record_from_a_raw_json(tmp_path, capsys):
-    pytest.importorskip("kdakit.results")
+    pytest.importorskip("kdakit.records.results")
     result = _result()
     result["rows"][1]["arms"]["helion-kdakit"] = _entry(40.0)
     result["kind"] = "kdakit.kernels-bench"

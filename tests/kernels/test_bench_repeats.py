@@ -1,5 +1,5 @@
 """`kdakit kernels bench --repeats N` on CPU: the round loop with fake arms whose times the test sets (the
-rotated order, every round recorded, medians over rounds), kdakit / each arm as kdakit.stats' interval
+rotated order, every round recorded, medians over rounds), kdakit / each arm as kdakit.records.stats' interval
 paired by round with the serving side's verdicts, and a record without rounds printed as before."""
 
 from __future__ import annotations

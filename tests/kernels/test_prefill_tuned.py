@@ -415,7 +415,7 @@ def test_the_prefill_timer_restores_v_in_graph_and_subtracts_the_restore(monkeyp
 
 
 def test_selftest_lists_shipped_prefill_configs_and_fails_stale_ones():
-    from kdakit import selftest
+    from kdakit.checks import selftest
 
     tuned.write_file(_record(), tuned.config_dir())
     tuned.write_file(_record("prefill-state", config=STATE, source_sha256="3" * 64), tuned.config_dir())

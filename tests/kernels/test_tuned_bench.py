@@ -142,7 +142,7 @@ def test_the_default_config_arm_is_no_target_of_issue_7():
 
 
 def test_the_record_keeps_both_arms_and_validates(tmp_path):
-    results = pytest.importorskip("kdakit.results")
+    results = pytest.importorskip("kdakit.records.results")
     rows = bench.normalized_rows(_result())
     default_rows = [r for r in rows if r["variant"] == "helion-kdakit-default"]
     assert [(r["phase"], r["arm"], r["median_us"]) for r in default_rows] == [

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import jsonschema
 
-from kdakit.controller_files import WriteFailed, write_json_atomic
 from kdakit.errors import UsageError
+from kdakit.records.controller_files import WriteFailed, write_json_atomic
 
 SCHEMA_ID = "kdakit.result.v1"
 SCHEMA_FILE = Path(__file__).parent / "schema" / "result-v1.json"
@@ -78,7 +78,7 @@ def new_record(
 ) -> dict:
     """A complete record; provenance is gathered now unless given (run_dir: where server-command.json is)."""
     if provenance is None:
-        from kdakit import provenance as prov
+        from kdakit.records import provenance as prov
 
         provenance = prov.gather(run_dir)
     record = {

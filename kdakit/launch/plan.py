@@ -1,6 +1,6 @@
 """`kdakit plan`: the exact `sglang serve` command and container environment for a SKU and arm.
 
-Every flag and value is checked against SGLang's own argument definitions (kdakit.sglang_args) before
+Every flag and value is checked against SGLang's own argument definitions (kdakit.launch.sglang_args) before
 anything reaches a cluster.
 """
 
@@ -10,8 +10,9 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from kdakit import profiles, sglang_args
+from kdakit import profiles
 from kdakit.errors import UsageError
+from kdakit.launch import sglang_args
 
 SERVE_COMMAND = ("sglang", "serve")
 _FALSE = {"false", "0", "no", "off"}

@@ -420,7 +420,7 @@ def render(rows: list[tuple[str, Verdict]]) -> str:
 
 def cluster_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m kdakit.preflight cluster", description="preflight of a SKU's hosts"
+        prog="python -m kdakit.checks.preflight cluster", description="preflight of a SKU's hosts"
     )
     p.add_argument("--sku", required=True)
     p.add_argument("--inventory", required=True)
@@ -455,7 +455,7 @@ def cluster_main(argv: list[str] | None = None) -> int:
         )
         return 2
     if args.results:
-        from kdakit.controller_files import preflight_space
+        from kdakit.records.controller_files import preflight_space
 
         refusal = preflight_space(args.results, len(hosts), args.arms)
         if refusal:

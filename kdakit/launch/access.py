@@ -6,8 +6,8 @@ SGLang 0.5.23 checks `Authorization: Bearer <key>` against `--api-key` on every 
 updates, profiling, ...) take only the admin key. SGLang reads both only from its command line, so
 `kdakit serve` appends them to the argv it execs and records that argv with the values redacted.
 
-The controller makes both keys once per run (`python -m kdakit.access env-file`); they reach the host in the
-0600 env file every kit container (server, eval, bench) is started with.
+The controller makes both keys once per run (`python -m kdakit.launch.access env-file`); they reach the host
+in the 0600 env file every kit container (server, eval, bench) is started with.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def scrub_tree(folder: Path, secrets_: list[str] | None = None) -> list[Path]:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kdakit.access", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m kdakit.launch.access", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     env_file = sub.add_parser(
         "env-file", help="print the key lines of the run's env file; the previous file's text on stdin"

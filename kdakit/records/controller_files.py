@@ -6,7 +6,7 @@ whose one line names the file and how much space is free on which mount. `prefli
 whose expected results do not fit; `commit_collected` moves files fetched from a host into place only when
 their size and checksum match the host's copy.
 
-Command line (the playbooks and playbooks.mk call it): python -m kdakit.controller_files
+Command line (the playbooks and playbooks.mk call it): python -m kdakit.records.controller_files
 latest|space|commit ...
 """
 
@@ -175,7 +175,9 @@ def commit_collected(staged: Path | str, dest: Path | str, manifest: list[dict])
 def _main(argv: list[str] | None = None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m kdakit.controller_files", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m kdakit.records.controller_files", description=__doc__.split("\n")[0]
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     latest = sub.add_parser("latest", help="write RESULTS/LATEST (atomically)")
     latest.add_argument("--results", required=True)

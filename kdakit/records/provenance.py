@@ -16,9 +16,9 @@ from pathlib import Path
 
 import kdakit
 from kdakit import pins
-from kdakit.controller_files import write_json_atomic
+from kdakit.records.controller_files import write_json_atomic
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVER_COMMAND_FILE = "server-command.json"  # written by `kdakit serve` into the run's result folder
 
 
@@ -119,7 +119,8 @@ def gather(run_dir: Path | str | None = None) -> dict:
 
 # The controller's record of each host's rollout: results/<run-id>/<host>/<arm>/provenance.json holds, beside
 # the collect step's facts, every step's outcome and the run's first failure. Only this code writes it (the
-# playbooks call `python -m kdakit.provenance`), always atomically, and a later step never upgrades a host.
+# playbooks call `python -m kdakit.records.provenance`), always atomically, and a later step never upgrades
+# a host.
 PROVENANCE_FILE = "provenance.json"
 OUTCOMES = ("ok", "failed", "unreachable", "skipped")
 # Steps that run whatever happened before (they gather evidence and clean up), and so never skip a host.
@@ -221,7 +222,7 @@ def _main(argv: list[str] | None = None) -> int:
     import sys
 
     p = argparse.ArgumentParser(
-        prog="python -m kdakit.provenance", description="the rollout's outcome records"
+        prog="python -m kdakit.records.provenance", description="the rollout's outcome records"
     )
     sub = p.add_subparsers(dest="cmd", required=True)
     rec = sub.add_parser("record", help="merge one step's per-host outcomes (JSON list on stdin)")

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from kdakit import access
+from kdakit.launch import access
 
 REQUEST_COUNTER = "sglang:num_requests_total"
 # One sample line of the counter: name, optional {labels}, value (Prometheus text format).

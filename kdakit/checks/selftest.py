@@ -208,7 +208,7 @@ def gpu_checks(arm: str, facts: dict) -> list[Check]:
         return [Check(n, SKIP, "arm triton runs no Helion kernel") for n in names]
     if not facts.get("gpu"):
         return [Check(n, SKIP, "no GPU here") for n in names]
-    from kdakit import selftest_gpu
+    from kdakit.checks import selftest_gpu
 
     results = selftest_gpu.parity(arm)
     return [Check(n, status, detail) for n, (status, detail) in zip(names, results, strict=True)]

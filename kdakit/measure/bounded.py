@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 
-from kdakit import access
 from kdakit.errors import UsageError
+from kdakit.launch import access
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kdakit import __version__, access, pins
+from kdakit import __version__, pins
 from kdakit.errors import UsageError
-from kdakit.plan import Plan, add_plan_arguments, plan_from_args
+from kdakit.launch import access
+from kdakit.launch.plan import Plan, add_plan_arguments, plan_from_args
 
 COMMAND_FILE = "server-command.json"
 

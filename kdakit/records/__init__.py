@@ -1,0 +1,1 @@
+"""Records: result records and their schema, provenance, statistics over them, atomic controller writes."""

@@ -1,0 +1,425 @@
+"""The report's sections: the model's rows and verdicts laid out as tables, text and plots."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from kdakit.measure import telemetry
+from kdakit.measure.context import canonical_sku
+from kdakit.records import results, stats
+from kdakit.report.model import (
+    ARMS,
+    Collected,
+    Section,
+    Table,
+    collect,
+    fmt,
+    fmt_pct,
+    judge,
+    kernel_rows,
+    load_published,
+    serving_rows,
+    shape_label,
+)
+from kdakit.report.plots import kernel_plot, ratio_plot, telemetry_plot, throughput_plot
+
+
+def build(root: Path, published: dict | None = None, plots: bool = True) -> list[Section]:
+    published = published or load_published()
+    c = collect(root)
+    serving = serving_rows(c, published)
+    kernels = kernel_rows(c, published)
+    sections = []
+
+    runs = sorted({r["run_id"] for _, r in c.records})
+    hosts = sorted({(r["host"], r["sku"]) for _, r in c.records})
+    overview = Section("Overview")
+    overview.blocks.append(
+        f"{len(c.records)} result records; run ids: {', '.join(runs)}; hosts: "
+        + ", ".join(f"{h} ({s})" for h, s in hosts)
+        + ". Published numbers: "
+        + f"{published['serving']['source']} (serving, kernels); GSM8K sources listed in its table."
+    )
+    if c.skipped:
+        overview.blocks.append(
+            f"{len(c.skipped)} unreadable record(s) skipped: {', '.join(path for path, _ in c.skipped)} "
+            "(see Unreadable records)."
+        )
+    tel_warnings = [
+        w for _, r in c.records for w in (r["metrics"].get("telemetry") or {}).get("warnings", [])
+    ]
+    if tel_warnings:
+        overview.blocks.append(
+            f"GPU telemetry warnings during measured runs: {len(tel_warnings)} (see GPU telemetry)."
+        )
+    sections.append(overview)
+
+    verdicts = Section("Verdicts")
+    vrows = []
+    for claim in published.get("claims", []):
+        if claim["kind"] != "serving":
+            verdict, evidence = judge(claim, serving, kernels)
+            vrows.append([claim["text"], claim["source"], verdict, evidence])
+            continue
+        # a serving claim is judged once per protocol measured (pr: the PR's medians; rigorous: paired CIs)
+        measured = sorted({r["protocol"] for r in serving if r["sku"] == claim["sku"]})
+        main = published["serving"]["protocol"]
+        for protocol in sorted(measured, key=lambda name: (name != main, name)) or [main]:
+            mine = [r for r in serving if r["protocol"] == protocol]
+            verdict, evidence = judge(claim, mine, kernels)
+            text = claim["text"] if protocol == main else f"{claim['text']} (protocol {protocol})"
+            vrows.append([text, claim["source"], verdict, evidence])
+    for record in c.gsm8k:
+        m = record["metrics"]
+        label = (
+            f"GSM8K {record['protocol']} run {m['run_index']} ({record['arm']}, {record['host']}) "
+            f"reaches {m['threshold']:.2f}"
+        )
+        if m.get("status", "ok") != "ok":
+            vrows.append([label, "protocol threshold", "no result", f"{m['status']}: {m.get('error', '')}"])
+            continue
+        value = m[f"accuracy_{m['verdict_metric']}"]
+        limited = " (limited run)" if m.get("limited") else ""
+        vrows.append(
+            [
+                label,
+                "protocol threshold",
+                "holds" if m["verdict"] == "pass" else "does not hold",
+                f"{m['verdict_metric']} accuracy {value:.4f} on {m['n_questions']} questions{limited}",
+            ]
+        )
+    verdicts.blocks.append(Table(["Claim", "Source", "Verdict", "Evidence"], vrows))
+    sections.append(verdicts)
+
+    serv = Section("Serving throughput (output tok/s, median of runs; every repeat counted)")
+    if not serving:
+        serv.blocks.append("No serving results.")
+    for run_id, sku, host, protocol in sorted(
+        {(r["run_id"], r["sku"], r["host"], r["protocol"]) for r in serving}
+    ):
+        group = [
+            r
+            for r in serving
+            if (r["run_id"], r["sku"], r["host"], r["protocol"]) == (run_id, sku, host, protocol)
+        ]
+        by_arm = c.serving[(run_id, sku, host, protocol)]
+        serv.blocks.append(f"**{sku} — host {host}, run {run_id}, protocol {protocol}**")
+        for arm in ARMS:
+            arm_records = by_arm.get(arm, [])
+            if not arm_records:
+                serv.blocks.append(f"{arm}: no result (every point missing).")
+                continue
+            record = arm_records[-1]
+            m = record["metrics"]
+            extra = "; ".join(dict.fromkeys(n for r in arm_records for n in r.get("notes", [])[1:]))
+            accept = [p["accept_length"] for r in arm_records for p in r["metrics"]["points"]
+                      if p.get("accept_length") is not None]  # fmt: skip
+            accept_text = f", accept length {min(accept):.2f}–{max(accept):.2f}" if accept else ""
+            runs_text = f"{m.get('runs_per_point', '?')} runs per point"
+            repeats = len(arm_records)
+            planned = m.get("repeats_planned")
+            repeats_text = f", {repeats} repeat(s)" + (f" of {planned} planned" if planned else "")
+            serv.blocks.append(
+                f"{arm}: dataset {m['dataset']}, {runs_text}{repeats_text}{accept_text}"
+                + (f". {extra}" if extra else "")
+            )
+        paired = [r for r in group if r["ci"] is not None and r["ci"].paired]
+        if paired:
+            serv.blocks.append(
+                "Helion/Triton: 95 % CI over paired visits; visits "
+                + ("interleaved (ABAB…)." if all(r["interleaved"] for r in paired) else "NOT interleaved.")
+            )
+        else:
+            serv.blocks.append(
+                "Helion/Triton: 95 % CI from the runs of one visit per arm (Welch t on log throughput); "
+                "the verdict says how large a difference these runs can resolve."
+            )
+        serv.blocks.append(
+            "A/A: run 2 / run 1 of the same arm in the same visit (every visit, both arms): the noise floor."
+        )
+        table = Table(
+            ["Input / Output", "Concurrency", "Triton tok/s", "Helion tok/s", "Change",
+             "Published Triton", "Published Helion", "Published change", "Dev. Triton", "Dev. Helion",
+             "Repeats T / H", "Helion/Triton (95 % CI)", "Verdict", "A/A (95 % CI)", "A/A verdict"],
+            [
+                [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]), r["triton_text"], r["helion_text"],
+                 fmt_pct(r["change"]), fmt(r["pub_triton"], missing="not published"),
+                 fmt(r["pub_helion"], missing="not published"), fmt_pct(r["pub_change"]),
+                 fmt_pct(r["dev_triton"]), fmt_pct(r["dev_helion"]), repeats_text(r["visits"]),
+                 stats.fmt_ci(r["ci"]), r["verdict"], stats.fmt_ci(r["aa"]), r["aa_verdict"]]
+                for r in group
+            ],
+        )  # fmt: skip
+        serv.blocks.append(table)
+        if plots:
+            name = f"serving-{run_id}-{host}-{protocol}.png"
+            serv.blocks.append(throughput_plot(f"{sku} {host}: throughput vs concurrency", group, name))
+            if any(r["ci"] is not None for r in group):
+                name = f"serving-ratio-{run_id}-{host}-{protocol}.png"
+                serv.blocks.append(
+                    ratio_plot(f"{sku} {host} {protocol}: helion/triton, 95 % CI", group, name)
+                )
+    sections.append(serv)
+
+    kern = Section("KDA kernel latency (µs, median)")
+    if not kernels:
+        kern.blocks.append("No kernel results.")
+    for run_id, sku, host in sorted({(r["run_id"], r["sku"], r["host"]) for r in kernels}):
+        group = [r for r in kernels if (r["run_id"], r["sku"], r["host"]) == (run_id, sku, host)]
+        kern.blocks.append(
+            f"**{sku} — host {host}, run {run_id}**. Negative change: Helion has lower latency."
+        )
+        extras = sorted({v for r in group for v in r["others"]})
+        if extras:
+            kern.blocks.append(
+                "Triton: SGLang's Triton kernel; Helion: SGLang's Helion kernel. Other variants measured in "
+                "the same run follow the published columns, with their change against Triton."
+            )
+        kern.blocks.append(
+            Table(
+                ["Phase", "Batch × tokens/request", "Triton µs", "Helion µs", "Change",
+                 "Published Triton", "Published Helion", "Published change", "Dev. Triton", "Dev. Helion"]
+                + [f"{v} µs" for v in extras],
+                [
+                    [r["phase"], shape_label(r["shape"]), r["triton_text"], r["helion_text"],
+                     fmt_pct(r["change"]), fmt(r["pub_triton"], missing="not published"),
+                     fmt(r["pub_helion"], missing="not published"), fmt_pct(r["pub_change"]),
+                     fmt_pct(r["dev_triton"]), fmt_pct(r["dev_helion"])]
+                    + [r["others"].get(v, "missing") for v in extras]
+                    for r in group
+                ],
+            )
+        )  # fmt: skip
+        if plots:
+            kern.blocks.append(
+                kernel_plot(f"{sku} {host}: KDA kernel latency", group, f"kernels-{run_id}-{host}.png")
+            )
+    sections.append(kern)
+
+    gsm = Section("GSM8K")
+    if not c.gsm8k:
+        gsm.blocks.append("No GSM8K results.")
+    else:
+        gsm.blocks.append(
+            "Published: the mean of the published runs for the same protocol, GPU and arm; deviation in "
+            "percentage points of the verdict metric. A limited run (fewer questions than its protocol) is "
+            "never compared. Numeric: SGLang's run_eval (last number); strict/flexible: lm-eval's filters."
+        )
+        ordered = sorted(c.gsm8k, key=lambda r: (r["run_id"], r["host"], r["arm"], r["protocol"],
+                                                 r["metrics"]["run_index"], r["created"]))  # fmt: skip
+        gsm.blocks.append(
+            Table(
+                ["Host", "GPU", "Arm", "Protocol", "Tool", "Run", "Questions", "Strict", "Flexible",
+                 "Numeric", "Threshold", "Verdict", "Published", "Dev. (pts)"],
+                [
+                    [r["host"], r["sku"], r["arm"], r["protocol"], _tool_text(r["metrics"]),
+                     str(r["metrics"]["run_index"]), _questions_text(r["metrics"]),
+                     _acc(r["metrics"], "strict"), _acc(r["metrics"], "flexible"),
+                     _acc(r["metrics"], "numeric"),
+                     f"{r['metrics']['threshold']:.2f}",
+                     f"{r['metrics']['verdict']} ({r['metrics']['verdict_metric']})"
+                     + ("" if r["metrics"].get("status", "ok") == "ok" else f": {r['metrics']['status']}"),
+                     *_gsm8k_published(r, published)]
+                    for r in ordered
+                ],
+            )
+        )  # fmt: skip
+        diffs = gsm8k_arm_differences(c.gsm8k)
+        if diffs:
+            gsm.blocks.append(
+                "Helion vs Triton, same host, protocol and questions: the difference of the mean accuracies "
+                "with a 95 % interval from the measured run-to-run noise (binomial when the runs are "
+                "identical)."
+            )
+            gsm.blocks.append(
+                Table(
+                    ["Host", "GPU", "Protocol", "Questions", "Triton runs", "Helion runs", "Difference",
+                     "Noise", "Verdict"],
+                    [[d["host"], d["sku"], d["protocol"], str(d["n"]), d["triton"], d["helion"],
+                      f"{d['difference_pts']:+.2f} ± {d['half_width_pts']:.2f} pts", d["noise"], d["verdict"]]
+                     for d in diffs],
+                )
+            )  # fmt: skip
+    gsm.blocks.append(
+        Table(
+            ["Published", "Protocol", "GPU", "Arm", "Model", "Runs"],
+            [
+                [
+                    p["source"],
+                    p["protocol"],
+                    p["sku"],
+                    p["arm"],
+                    p["model"],
+                    ", ".join(f"{v:.4f}" for v in p["runs"]),
+                ]
+                for p in published.get("gsm8k", [])
+            ],
+        )
+    )
+    sections.append(gsm)
+
+    sections.append(telemetry_section(c, plots))
+    if c.skipped:
+        bad = Section("Unreadable records")
+        bad.blocks.append("Named and skipped; everything else in the report is from the readable records.")
+        bad.blocks.append(Table(["Record", "Problem"], [[path, why] for path, why in c.skipped]))
+        sections.append(bad)
+
+    prov = Section("Provenance")
+    prov.blocks.append(
+        Table(
+            ["Record", "Kind", "Arm", "kdakit git", "Image", "GPUs", "Driver", "Server command"],
+            [
+                [
+                    path,
+                    r["kind"],
+                    r["arm"],
+                    (r["provenance"]["git_sha"] or "unknown")[:12]
+                    + (" (dirty)" if r["provenance"].get("git_dirty") else ""),
+                    r["provenance"]["image_id"] or "none",
+                    _gpus(r["provenance"]["gpus"]),
+                    r["provenance"]["driver"] or "none",
+                    _command(r["provenance"]["server_command"]),
+                ]
+                for path, r in c.records
+            ],
+        )
+    )
+    sections.append(prov)
+    return sections
+
+
+def _gsm8k_published(record: dict, published: dict) -> list[str]:
+    """[published mean, deviation in points] for the record's protocol, GPU and arm, or why there is none."""
+    m = record["metrics"]
+    if m.get("limited"):
+        return [
+            f"limited run ({m['n_questions']} of {m.get('protocol_questions', '?')}): not compared",
+            "n/a",
+        ]
+    matches = [
+        p
+        for p in published.get("gsm8k", [])
+        if p["protocol"] == record["protocol"]
+        and canonical_sku(p["sku"]) == record["sku"]
+        and p["arm"] == record["arm"]
+    ]
+    if not matches:
+        return [f"not published ({record['protocol']}, {record['sku']}, {record['arm']})", "n/a"]
+    p = matches[0]
+    mean = sum(p["runs"]) / len(p["runs"])
+    ours = m.get(f"accuracy_{m['verdict_metric']}")
+    if ours is None:
+        return [f"{mean:.4f} ({p['source']})", "n/a"]
+    return [f"{mean:.4f} ({p['source']})", f"{(ours - mean) * 100:+.2f}"]
+
+
+def _acc(m: dict, name: str) -> str:
+    value = m.get(f"accuracy_{name}")
+    return "—" if value is None else f"{value:.4f}"
+
+
+def _tool_text(m: dict) -> str:
+    tool = m.get("tool")
+    if tool:
+        return f"{tool['name']} {tool['version'] or ''}".strip()
+    return "sglang-run-eval" if m["verdict_metric"] == "numeric" else "lm-eval"  # records before "tool"
+
+
+def _questions_text(m: dict) -> str:
+    rows = (m.get("rows") or {}).get("questions")
+    text = str(m["n_questions"])
+    if rows:
+        text += f" (test {rows['first']}–{rows['first'] + rows['count'] - 1})"
+    return text + (" limited" if m.get("limited") else "")
+
+
+def gsm8k_arm_differences(records: list[dict]) -> list[dict]:
+    """Per host, protocol and question count with ok runs of both arms: helion - triton vs the noise."""
+    groups: dict = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        m = r["metrics"]
+        if m.get("status", "ok") != "ok":
+            continue
+        key = (r["run_id"], r["sku"], r["host"], r["protocol"], m["n_questions"], m["verdict_metric"])
+        groups[key][r["arm"]].append(m[f"accuracy_{m['verdict_metric']}"])
+    found = []
+    for (run_id, sku, host, protocol, n, _metric), by_arm in sorted(groups.items()):
+        if not by_arm.get("triton") or not by_arm.get("helion"):
+            continue
+        d = stats.accuracy_difference(by_arm["triton"], by_arm["helion"], n)
+        found.append({"run_id": run_id, "sku": sku, "host": host, "protocol": protocol, "n": n, **d,
+                      "triton": ", ".join(f"{v:.4f}" for v in by_arm["triton"]),
+                      "helion": ", ".join(f"{v:.4f}" for v in by_arm["helion"])})  # fmt: skip
+    return found
+
+
+def _telemetry_file(c: Collected, record: dict) -> Path | None:
+    tel = record["metrics"].get("telemetry") or {}
+    if not tel.get("file"):
+        return None
+    base = c.paths[id(record)].parent
+    for artifact in record.get("artifacts", []):
+        if Path(artifact).name == tel["file"] and (base / artifact).is_file():
+            return base / artifact
+    return None
+
+
+def telemetry_section(c: Collected, plots: bool) -> Section:
+    section = Section("GPU telemetry")
+    rows, warned = [], []
+    for path, record in c.records:
+        tel = record["metrics"].get("telemetry")
+        if not tel:
+            continue
+        if tel["source"] == "none":
+            rows.append([path, "none", "0", "—", "—", "—", "—", tel.get("note", "")])
+            continue
+        gpus = tel.get("gpus", {})
+        sm = [g["sm_mhz_min"] for g in gpus.values() if g.get("sm_mhz_min") is not None]
+        sm_hi = [g["sm_mhz_max"] for g in gpus.values() if g.get("sm_mhz_max") is not None]
+        power = [g["power_w_max"] for g in gpus.values() if g.get("power_w_max") is not None]
+        temp = [g["temp_c_max"] for g in gpus.values() if g.get("temp_c_max") is not None]
+        rows.append([
+            path, tel["source"], str(tel["samples"]), str(len(gpus)),
+            f"{min(sm):.0f}–{max(sm_hi):.0f}" if sm and sm_hi else "—",
+            f"{max(power):.0f}" if power else "—", f"{max(temp):.0f}" if temp else "—",
+            f"{len(tel['warnings'])} warning(s)" if tel["warnings"] else "none",
+        ])  # fmt: skip
+        warned += [f"{path}: {w}" for w in tel["warnings"]]
+        file = _telemetry_file(c, record) if plots else None
+        if file is not None:
+            samples = telemetry.read_csv(file)
+            if samples:
+                name = "telemetry-" + path.replace("/", "-").removesuffix(results.RESULT_SUFFIX) + ".png"
+                section.blocks.append(telemetry_plot(f"{path}: SM clock and power", samples,
+                                                      tel.get("windows", []), name))  # fmt: skip
+    if not rows:
+        section.blocks.append("No telemetry recorded.")
+        return section
+    section.blocks.insert(
+        0,
+        Table(["Record", "Source", "Samples", "GPUs", "SM MHz (min–max)", "Max power W", "Max temp °C",
+               "Throttling / power cap in measured runs"], rows),
+    )  # fmt: skip
+    if warned:
+        section.blocks.insert(1, "Warnings (measured runs only): " + "; ".join(warned) + ".")
+    return section
+
+
+def _gpus(names: list[str]) -> str:
+    if not names:
+        return "none"
+    counts: dict[str, int] = defaultdict(int)
+    for n in names:
+        counts[n] += 1
+    return ", ".join(f"{k} × {v}" for k, v in counts.items())
+
+
+def _command(command: dict | None) -> str:
+    if not command:
+        return "not recorded"
+    argv = command["argv"]
+    kda = [f"{a}={argv[i + 1]}" for i, a in enumerate(argv[:-1]) if a.startswith("--linear-attn-")]
+    return " ".join(argv[:2]) + (f" … {' '.join(kda)}" if kda else f" … ({len(argv)} args)")

@@ -1,0 +1,107 @@
+"""The controller's layout: subpackages by concern whose imports run one way (README.md, "Layout").
+
+Every `kdakit...` import in the tree, module-level or inside a function, is checked against LAYERS: a
+layer may import only the layers it lists, and those lists form no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from graphlib import TopologicalSorter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Folder -> import name, as pyproject.toml maps them.
+PACKAGE_DIRS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+
+# Layer -> the layers it may import. "facts" are the modules both the controller and the kernels read.
+LAYERS = {
+    "facts": set(),
+    "launch": {"facts"},
+    "records": {"facts"},
+    "kernels": {"facts"},
+    "kernels.tools": {"facts", "records", "kernels"},
+    "measure": {"facts", "launch", "records"},
+    "bench": {"facts", "launch", "records", "measure"},
+    "evals": {"facts", "launch", "records", "measure"},
+    "checks": {"facts", "records", "kernels", "kernels.tools"},
+    "report": {"facts", "records", "measure", "bench"},
+}
+LAYERS["cli"] = set(LAYERS)  # the command line wires every layer
+FACTS = {"kdakit", "kdakit.errors", "kdakit.pins", "kdakit.profiles"}
+
+
+def layer_of(module: str) -> str:
+    if module in FACTS:
+        return "facts"
+    if module in ("kdakit.cli", "kdakit.__main__"):
+        return "cli"
+    parts = module.split(".")
+    if parts[1] == "kernels":
+        return "kernels.tools" if parts[2:3] == ["tools"] else "kernels"
+    assert parts[1] in LAYERS, f"{module}: no layer (add its subpackage to LAYERS)"
+    return parts[1]
+
+
+def module_files() -> dict[str, Path]:
+    files = {}
+    for name, folder in PACKAGE_DIRS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = [name, *path.relative_to(ROOT / folder).with_suffix("").parts]
+            files.setdefault(".".join(parts[:-1] if parts[-1] == "__init__" else parts), path)
+    return files
+
+
+def kdakit_imports(module: str, path: Path) -> set[str]:
+    found = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + [base])
+            found |= {f"{base}.{a.name}" for a in node.names} | {base}
+    return {name for name in found if name == "kdakit" or name.startswith("kdakit.")}
+
+
+def _known(name: str, modules: set[str]) -> str:
+    """The module an import names: `kdakit.records.stats` for `from kdakit.records import stats`."""
+    while name not in modules and "." in name:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def test_the_layers_form_no_cycle():
+    TopologicalSorter(LAYERS).static_order()  # raises CycleError
+
+
+def test_every_import_runs_the_way_the_layers_allow():
+    files = module_files()
+    wrong = []
+    for module, path in sorted(files.items()):
+        mine = layer_of(module)
+        for imported in kdakit_imports(module, path):
+            theirs = layer_of(_known(imported, set(files)))
+            if theirs != mine and theirs not in LAYERS[mine]:
+                wrong.append(f"{module} ({mine}) imports {imported} ({theirs})")
+    assert wrong == []
+
+
+def test_the_layout_check_catches_a_wrong_way_import(tmp_path):
+    planted = tmp_path / "pins.py"
+    planted.write_text("from kdakit.records import stats\n")
+    imported = kdakit_imports("kdakit.pins", planted)
+    assert {layer_of(_known(i, set(module_files()))) for i in imported} - LAYERS["facts"] == {"records"}
+
+
+def test_every_package_folder_is_one_the_readme_names():
+    readme = (ROOT / "README.md").read_text()
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    for name, folder in PACKAGE_DIRS.items():
+        assert f"`{folder}/`" in layout, f"README's Layout does not name {folder}/ ({name})"
+        if name != folder.replace("/", "."):
+            assert f"`{name}`" in layout, f"README's Layout does not state that {folder}/ imports as {name}"
