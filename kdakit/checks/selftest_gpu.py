@@ -1,6 +1,6 @@
 """GPU half of `kdakit selftest`: each Helion KDA kernel the arm runs, against SGLang's Triton kernel for the
 same phase, on one small random case with SGLang's real call conventions (bf16 activations, fp32 state,
-K = V = 128, bounded gate). Only imported when torch sees a GPU.
+K = V = the PR's head size, bounded gate). Only imported when torch sees a GPU.
 """
 
 from __future__ import annotations
@@ -9,8 +9,11 @@ import traceback
 
 import torch
 
+from kdakit.kernels import shapes
+
 PASS, FAIL = "PASS", "FAIL"
-LOWER_BOUND = -5.0
+LOWER_BOUND = shapes.get("model", "lower_bound")
+HEAD_DIM = shapes.get("model", "head_dim")
 OUT_TOL = 2e-2  # bf16 outputs of O(1) values: a few bf16 ulps
 STATE_TOL = 2e-3  # fp32 states
 
@@ -47,8 +50,8 @@ def _verdict(errors: dict[str, float], tolerances: dict[str, float]) -> tuple[st
 def decode_parity(helion, triton_packed, device: str = "cuda") -> tuple[str, str]:
     from kdakit.kernels.tools.testing import decode_case, max_abs
 
-    case = decode_case(B=6, H=2, HV=4, K=128, V=128, slots=16, device=device, seed=1)
-    scale = 128**-0.5
+    case = decode_case(B=6, H=2, HV=4, K=HEAD_DIM, V=HEAD_DIM, slots=16, device=device, seed=1)
+    scale = HEAD_DIM**-0.5
     runs = []
     for fn in (helion, triton_packed):
         c = {k: v.clone() for k, v in case.items()}
@@ -68,8 +71,8 @@ def verify_parity(helion, triton_recurrent, device: str = "cuda") -> tuple[str, 
         [4, 6],
         H=2,
         HV=4,
-        K=128,
-        V=128,
+        K=HEAD_DIM,
+        V=HEAD_DIM,
         slots=8,
         cache_indices=[5, 2],
         rows=[1, 0],
@@ -103,7 +106,7 @@ def prefill_parity(helion, triton_chunk, device: str = "cuda") -> tuple[str, str
     from kdakit.kernels.tools.testing import max_abs
 
     gen = torch.Generator().manual_seed(3)
-    T, H, K, V, slots = 100, 4, 128, 128, 6
+    T, H, K, V, slots = 100, 4, HEAD_DIM, HEAD_DIM, 6
 
     def randn(*shape, dtype=torch.bfloat16, scale=1.0):
         return (torch.randn(*shape, generator=gen) * scale).to(device, dtype)

@@ -22,15 +22,18 @@ import tempfile
 
 import torch
 import triton
-from kdakit.kernels import prefill
+from kdakit.kernels import prefill, shapes
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 _PTR = {torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32", torch.int64: "*i64"}
 
 
-def example_args(H=16, HV=16, K=128, V=128, T=130, M=3) -> dict[str, tuple]:
-    """Arguments of each kernel at PR-like head sizes (only dtypes, and sizes for specialization, matter)."""
+def example_args(T=130, M=3) -> dict[str, tuple]:
+    """Arguments of each kernel at the PR's head sizes (only dtypes, and sizes for specialization, matter)."""
+    H = HV = shapes.get("model", "heads")
+    K = V = shapes.get("model", "head_dim")
+    lower_bound = shapes.get("model", "lower_bound")
     bf, e = torch.bfloat16, torch.empty
     rows = T * HV
     cu, ends = torch.zeros(2, dtype=torch.int32), torch.ones(1, dtype=torch.int64)
@@ -39,7 +42,7 @@ def example_args(H=16, HV=16, K=128, V=128, T=130, M=3) -> dict[str, tuple]:
     rn, spans, scale = e(rows), torch.zeros(M, 2, dtype=torch.int64), 0.088
     wkq = [e(rows, K, dtype=bf) for _ in range(3)]
     return {
-        "gate": (e(rows, K, dtype=bf), e(HV), e(HV * K), cu, ends, gcum, spans, -5.0, 2, True, HV),
+        "gate": (e(rows, K, dtype=bf), e(HV), e(HV * K), cu, ends, gcum, spans, lower_bound, 2, True, HV),
         "intra": (q, k, gcum, beta, rn, rn, spans, e(rows, 64), act64, scale, True, True, HV, HV // H),
         "solve": (e(rows, 64), spans, act64, HV),
         "recompute_wk": (

@@ -20,6 +20,7 @@ READERS = sorted(
     [
         *ROOT.glob("kernels/tools/*.py"),
         ROOT / "kernels/tuned.py",
+        ROOT / "kdakit/checks/selftest_gpu.py",
         ROOT / "kernels/kernels.mk",
         ROOT / "Makefile",
     ]
@@ -56,11 +57,20 @@ def test_the_commands_defaults_are_the_shapes_file():
     assert bench.DECODE_VS_TRITON == shapes.get("targets", "decode_vs_triton")
 
 
+# The names kernel signatures give shapes.toml's keys (H=16, K=128); the gate's bound is caught as a literal.
+ALIASES = {"heads": ("H", "HV"), "head_dim": ("K", "V")}
+
+
 def _copies(text: str) -> list[str]:
-    """Spellings of shapes.toml's values in `text`: lists (as a CLI default or a tuple) and named scalars."""
+    """Spellings of shapes.toml's values in `text`: lists (as a CLI default or a tuple), named scalars and
+    negative literals (only the gate's bound is negative)."""
     found = []
     for table, items in shapes.load().items():
         for key, value in items.items():
+            negative = isinstance(value, float) and value < 0
+            if negative and re.search(rf"(?<![\w.]){re.escape(str(value))}(?![\w.])", text):
+                found.append(f"[{table}] {key} = {value} as a literal")
+                continue
             if isinstance(value, list) and len(value) > 1:
                 for sep in (",", ", "):
                     spelled = sep.join(map(str, value))
@@ -68,7 +78,8 @@ def _copies(text: str) -> list[str]:
                         found.append(f"[{table}] {key} as {spelled!r}")
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 number = re.escape(str(value)).replace(r"\.0", r"(\.0)?")
-                pattern = rf"(?i)\b{key}\b\w*\s*(:\s*\w+\s*)?[=:]\s*{number}(?![\w.])"
+                aliases = "|".join(ALIASES.get(key, ())) or key
+                pattern = rf"((?i:\b{key}\b)|\b({aliases})\b)\w*\s*(:\s*\w+\s*)?[=:]\s*{number}(?![\w.])"
                 if re.search(pattern, text) or re.search(rf"default\s*=\s*{number}(?![\w.])", text):
                     found.append(f"[{table}] {key} = {value}")
     return found
