@@ -35,7 +35,7 @@ _LOG2E = 1.4426950408889634
 # Fixed configs (never autotuned at run time), keyed by state dtype (fp16 pools use "fp32").
 # loop_orders [[2, 1, 0]] makes the V tile the fastest grid axis, then the head, then the request, so
 # neighbouring programs stream neighbouring state; state loads are evict-first and state stores streaming
-# (.cs). On an H200 the fp32 config was the fastest of 14 candidates at B = 1, 16 and 48 (kernels/README.md).
+# (.cs). On the H200 the fp32 config is the fastest of the configs tried at every bench batch (kernels/README.md).
 # These are the fallbacks: at run time a tuned config shipped for the GPU's SKU and shape bucket wins
 # (`kdakit.kernels.tuned`), and a config set with `set_decode_config` wins over both.
 # positional, in traced order: loads slot,q,k,v,a,dt_bias,A_log,b,state; stores out,state
@@ -53,7 +53,7 @@ DECODE_CONFIGS: dict[str, helion.Config] = {"fp32": _config(8, 2), "bf16": _conf
 # Configs `kdakit kernels autotune` seeds Helion's search with and times against its result, besides the
 # default: one warp per program, with and without the cache hints, on 8- and 4-row V tiles. On the H200 they
 # lose at B = 1 but win at B = 48 once each call's activations come from HBM, as in a server; the 4-row tile
-# without hints was the fastest there (56 registers against 72 for 8 rows; kernels/BENCH.md, runs 9-11).
+# without hints is the fastest there: 56 registers against 72 for 8 rows, so more programs stay resident.
 DECODE_SEEDS: dict[str, list[helion.Config]] = {
     "fp32": [_config(8, 1), _config(8, 1, hints=False), _config(4, 1, hints=False)],
     "bf16": [],

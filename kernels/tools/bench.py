@@ -383,7 +383,7 @@ def render_table(result: dict) -> str:
         lines += ["", "Failures:"] + [f"- {f}" for f in failed]
     verdicts = targets(result)
     if verdicts:
-        lines += ["", "Issue 7 performance targets (kdakit Helion):", ""]
+        lines += ["", "Performance targets (kdakit Helion, kernels/shapes.toml [targets]):", ""]
         lines += [f"- {'PASS' if ok else 'MISS'} {what}" for what, ok in verdicts]
     return "\n".join(lines)
 
@@ -494,7 +494,7 @@ def config_comparison(result: dict) -> list[str]:
     return lines
 
 
-# Issue 7's targets (kernels/shapes.toml [targets]): decode under a fraction of the non-packed Triton path and
+# The performance targets (kernels/shapes.toml [targets]): decode under a fraction of the non-packed Triton path and
 # faster than every other SGLang path, near the HBM floor at one batch; verify under a fraction of Triton's.
 _TARGETS = shapes.load()["targets"]
 DECODE_VS_TRITON = _TARGETS["decode_vs_triton"]
