@@ -33,14 +33,19 @@ help: ## List every target with its variables
 
 setup: $(VENV)/.setup-done ## Create .venv with kdakit, the controller tools and test deps at pinned versions. Vars: PYTHON=python3 EXTRAS=...
 
+# One line per phase; pip's own output goes to SETUP_LOG, named (with its tail) when a phase fails.
+SETUP_LOG ?= .cache/setup.log
+setup_phase = echo "setup: $(1)"; { $(2); } >>$(SETUP_LOG) 2>&1 || { \
+	echo "setup: $(1) failed; pip's output is in $(SETUP_LOG) (last lines below)" >&2; \
+	tail -n 20 $(SETUP_LOG) >&2; exit 1; }
+
 $(VENV)/.setup-done: pyproject.toml pins.toml Makefile
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -e ".[$(EXTRAS)]"
+	@mkdir -p $(dir $(SETUP_LOG)) && : > $(SETUP_LOG)
+	@$(call setup_phase,virtual environment $(VENV),$(PYTHON) -m venv $(VENV) && $(PY) -m pip install --upgrade pip)
+	@$(call setup_phase,kdakit and its extras ($(EXTRAS)),$(PY) -m pip install -e ".[$(EXTRAS)]")
 	@# SGLang's wheel without its GPU stack: enough for its argument parser and benchmark client.
-	$(PY) -m pip download -q --no-deps -d $(WHEELS) sglang==$(SGLANG_VERSION)
-	$(PY) -m pip install -q --no-deps $(WHEELS)/sglang-$(SGLANG_VERSION)-*.whl
-	touch $@
+	@$(call setup_phase,SGLang $(SGLANG_VERSION) without its GPU stack,$(PY) -m pip download --no-deps -d $(WHEELS) sglang==$(SGLANG_VERSION) && $(PY) -m pip install --no-deps $(WHEELS)/sglang-$(SGLANG_VERSION)-*.whl)
+	@touch $@ && echo "setup: done ($(VENV); log: $(SETUP_LOG))"
 
 test: setup ## Run the CPU test suite (everything not marked gpu), a test file per worker at a time. Vars: TEST_WORKERS=<CPUs, at most 4> (1: serial) PYTEST_ARGS=
 	$(PY) -m pytest -m "not gpu" $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope) $(PYTEST_ARGS)

@@ -35,7 +35,7 @@ _LOG2E = 1.4426950408889634
 # Fixed configs (never autotuned at run time), keyed by state dtype (fp16 pools use "fp32").
 # loop_orders [[2, 1, 0]] makes the V tile the fastest grid axis, then the head, then the request, so
 # neighbouring programs stream neighbouring state; state loads are evict-first and state stores streaming
-# (.cs). On the H200 the fp32 config is the fastest of the configs tried at every bench batch (kernels/README.md).
+# (.cs). On the H200 the fp32 config is the fastest of those tried at every bench batch (kernels/README.md).
 # These are the fallbacks: at run time a tuned config shipped for the GPU's SKU and shape bucket wins
 # (`kdakit.kernels.tuned`), and a config set with `set_decode_config` wins over both.
 # positional, in traced order: loads slot,q,k,v,a,dt_bias,A_log,b,state; stores out,state

@@ -494,8 +494,9 @@ def config_comparison(result: dict) -> list[str]:
     return lines
 
 
-# The performance targets (kernels/shapes.toml [targets]): decode under a fraction of the non-packed Triton path and
-# faster than every other SGLang path, near the HBM floor at one batch; verify under a fraction of Triton's.
+# The performance targets (kernels/shapes.toml [targets]): decode under a fraction of the non-packed Triton
+# path and faster than every other SGLang path, near the HBM floor at one batch; verify under a fraction
+# of Triton's.
 _TARGETS = shapes.load()["targets"]
 DECODE_VS_TRITON = _TARGETS["decode_vs_triton"]
 DECODE_FLOOR_RATIO = _TARGETS["decode_floor_ratio"]
