@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kdakit import cli, report
-from kdakit.records import results
+from kdakit.records import results, stats
 from kdakit.report import model as report_model
 from kdakit.report import render as report_render
 from kdakit.report import sections as report_sections
@@ -287,7 +287,7 @@ def test_rigorous_verdicts_on_synthetic_runs_with_known_differences(tmp_path):
     rows = {r["key"][2]: r for r in rows if r["key"][0] == 4096}
     assert rows[1]["verdict"] == "different (CI excludes 1)"
     assert rows[16]["verdict"] == "within ±1 % (CI inside the band)"
-    needed = report.stats.repeats_needed(rows[48]["ci"], 1.0)
+    needed = stats.repeats_needed(rows[48]["ci"], 1.0)
     assert needed > 5 and rows[48]["verdict"] == f"inconclusive at n = 5; about {needed} repeats needed"
     for c, true_ratio in ((1, 1.03), (16, 1.001), (48, 1.004)):
         ci = rows[c]["ci"]
@@ -327,7 +327,8 @@ def test_reruns_are_repeats_counted_and_pooled_not_the_latest(tmp_path):
     rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
     row = next(r for r in rows if r["key"] == (4096, 1024, 1))
     assert (row["triton"], row["helion"]) == (200.0, 202.0)  # the median of the three repeats, not the last
-    assert row["ci_basis"] == "paired over 3 visits" and report_model.repeats_text(row["visits"]) == "3 / 3"
+    assert row["ci_basis"] == "paired over 3 visits"
+    assert report_model.visits_repeats_text(row["visits"]) == "3 / 3"
     md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert "triton: dataset random-ids, 2 runs per point, 3 repeat(s)" in md
 

@@ -377,7 +377,7 @@ def _judge_by_ci(claim: dict, measured: list[dict], unmeasured: int) -> tuple[st
     return "inconclusive", evidence
 
 
-def repeats_text(visits: dict) -> str:
+def visits_repeats_text(visits: dict) -> str:
     parts = []
     for arm in ARMS:
         v = visits[arm]

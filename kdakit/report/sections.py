@@ -21,6 +21,7 @@ from kdakit.report.model import (
     load_published,
     serving_rows,
     shape_label,
+    visits_repeats_text,
 )
 from kdakit.report.plots import kernel_plot, ratio_plot, telemetry_plot, throughput_plot
 
@@ -146,7 +147,7 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
                 [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]), r["triton_text"], r["helion_text"],
                  fmt_pct(r["change"]), fmt(r["pub_triton"], missing="not published"),
                  fmt(r["pub_helion"], missing="not published"), fmt_pct(r["pub_change"]),
-                 fmt_pct(r["dev_triton"]), fmt_pct(r["dev_helion"]), repeats_text(r["visits"]),
+                 fmt_pct(r["dev_triton"]), fmt_pct(r["dev_helion"]), visits_repeats_text(r["visits"]),
                  stats.fmt_ci(r["ci"]), r["verdict"], stats.fmt_ci(r["aa"]), r["aa_verdict"]]
                 for r in group
             ],
