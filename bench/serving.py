@@ -345,11 +345,11 @@ def run_serving(args: argparse.Namespace) -> int:
                 )  # fmt: skip
                 with recorder.window(f"{point.label} run {j}"), integrity.Window(base_url) as window:
                     outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol, env)
-                requests_seen = window.check(point.num_prompts + CLIENT_WARMUP_REQUESTS)
                 access.scrub_tree(folder)  # the client's JSONL copies /server_info, keys included
                 error = limited(outcome, f"run {j}")
                 if error:
-                    break
+                    break  # (a hung server's counter would only keep the run waiting)
+                requests_seen = window.check(point.num_prompts + CLIENT_WARMUP_REQUESTS)
                 if requests_seen["foreign"]:
                     error = integrity.foreign_line(
                         f"{where['host']}: {point.input_len}/{point.output_len} C{point.concurrency} run {j}",

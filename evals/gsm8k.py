@@ -334,7 +334,9 @@ def run_gsm8k(args: argparse.Namespace) -> int:
             recorder = telemetry.Recorder(raw / "telemetry.csv")
             with recorder, recorder.window(f"run {j}"), integrity.Window(base_url) as window:
                 outcome = _tool_run(protocol, argv, raw, env, model)
-            counted = window.check(0)  # the kit's own count is known once the results are read
+            # the kit's own count is known once the results are read; a run that hung or failed has no
+            # result to protect, and a hung server's counter would only keep it waiting
+            counted = window.check(0) if outcome.ok else integrity.NOT_READ
             access.scrub_tree(raw)
             log_name = f"{protocol.tool}.log"
             metrics = {

@@ -434,62 +434,70 @@ def _state_pass_fn(
     chunk_ends: torch.Tensor,  # [N]
     track_rows: torch.Tensor,  # [N*HV*V, K] fp32 out (has_track)
     track_chunk: torch.Tensor,  # [N]
+    lanes: torch.Tensor,  # [P]: its size is the number of sequence lanes (values unused)
+    seq_count: torch.Tensor,  # [1] int64: sequences up to the last non-empty one (device data)
     has_track: hl.constexpr,
     HV: hl.constexpr,
 ) -> torch.Tensor:
     N = pool_index.size(0)
+    P = lanes.size(0)
     K = hl.specialize(w_rows.size(1))
     V = hl.specialize(u_rows.size(1)) // HV
     hl.specialize((w_rows.stride(0), u_rows.stride(0), pool_rows.stride(0)))
     block_v = hl.register_block_size(16, V)
-    for tile_n, tile_h, tile_v in hl.tile([N, HV, V], block_size=[1, 1, block_v]):
+    # One program per (lane, value head, V tile); lane p runs sequences p, p + P, ... up to seq_count. A
+    # CUDA graph's tables hold many empty sequence slots past the batch: no program is spent on them.
+    for tile_p, tile_h, tile_v in hl.tile([P, HV, V], block_size=[1, 1, block_v]):
         hv = tile_h.id
-        begin = cu_seqlens[tile_n.id].long()
-        end = cu_seqlens[tile_n.id + 1].long()
-        # chunk_ends[n - 1] (0 for n = 0): the load wraps to a valid index, the multiply zeroes it
-        first_chunk = chunk_ends[(tile_n.id + N - 1) % N] * min(tile_n.id, 1)
-        slot = pool_index[tile_n.id].long()
-        has_slot = slot >= 0
-        kk = hl.arange(K)
-        # The state is kept K-first ([K, BV], the transpose of the pool's [V, K] rows) so that all four
-        # products of a step are M >= 64 tensor-core dots with no register transposes.
-        state_row = (torch.clamp(slot, min=0) * HV + hv) * V + tile_v.index
-        state = hl.load(pool_rows, [state_row[None, :], kk[:, None]], extra_mask=has_slot).float()
-        if has_track:
-            # the state at the start of chunk track_at, kept in registers and stored after the loop (the
-            # only state stores are the final ones: a per-chunk state store inside this loop gave wrong
-            # values on the H200, see kernels/BENCH.md)
-            track_at = track_chunk[tile_n.id].long()
-            tracked = hl.zeros([K, tile_v], dtype=torch.float32)
-        # The operands of a step are loaded at its top and feed its dots; with num_stages 3 Triton's
-        # pipeliner stages them through shared memory (cp.async) ahead of use. (A hand-written register
-        # double buffer measured slower and doubled the registers: measurements/kernels-tuning/.)
-        cols64 = hl.arange(64)
-        for tile_t in hl.tile(end - begin, block_size=64):
-            chunk = first_chunk + tile_t.id
-            token = begin + tile_t.index
-            valid = token < end
-            row = token * HV + hv
-            w = hl.load(w_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
-            kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]], extra_mask=valid[None, :])
-            qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
-            aqk = hl.load(aqk_rows, [row[:, None], cols64[None, :]], extra_mask=valid[:, None])
+        count = seq_count[0]
+        for tile_s in hl.tile((count - tile_p.id + P - 1) // P, block_size=1):
+            n = tile_p.id + tile_s.id * P
+            begin = cu_seqlens[n].long()
+            end = cu_seqlens[n + 1].long()
+            # chunk_ends[n - 1] (0 for n = 0): the load wraps to a valid index, the multiply zeroes it
+            first_chunk = chunk_ends[(n + N - 1) % N] * min(n, 1)
+            slot = pool_index[n].long()
+            has_slot = slot >= 0
+            kk = hl.arange(K)
+            # The state is kept K-first ([K, BV], the transpose of the pool's [V, K] rows) so that all four
+            # products of a step are M >= 64 tensor-core dots with no register transposes.
+            state_row = (torch.clamp(slot, min=0) * HV + hv) * V + tile_v.index
+            state = hl.load(pool_rows, [state_row[None, :], kk[:, None]], extra_mask=has_slot).float()
             if has_track:
-                tracked = torch.where(tile_t.id == track_at, state, tracked)
-            state_b = state.to(torch.bfloat16)
-            v_cols = hv * V + tile_v.index
-            u = hl.load(u_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
-            v_new = (u - _dot32(w, state_b)).to(torch.bfloat16)
-            o = _dot32(qg, state_b) + _dot32(aqk, v_new)
-            hl.store(u_rows, [token[:, None], v_cols[None, :]], o.to(u_rows.dtype), extra_mask=valid[:, None])
-            decay = hl.load(decay_flat, [(chunk * HV + hv) * K + kk])
-            state = state * decay[:, None] + _dot32(kg_t, v_new)
-        hl.store(pool_rows, [state_row[None, :], kk[:, None]], state.to(pool_rows.dtype),
-                 extra_mask=has_slot)  # fmt: skip
-        if has_track:
-            written = (track_at >= 0) & (track_at * 64 < end - begin)
-            t_row = (tile_n.id * HV + hv) * V + tile_v.index
-            hl.store(track_rows, [t_row[None, :], kk[:, None]], tracked, extra_mask=written)
+                # the state at the start of chunk track_at, kept in registers and stored after the loop (the
+                # only state stores are the final ones: a per-chunk state store inside this loop gave wrong
+                # values on the H200)
+                track_at = track_chunk[n].long()
+                tracked = hl.zeros([K, tile_v], dtype=torch.float32)
+            # The operands of a step are loaded at its top and feed its dots; with num_stages 3 Triton's
+            # pipeliner stages them through shared memory (cp.async) ahead of use.
+            cols64 = hl.arange(64)
+            for tile_t in hl.tile(end - begin, block_size=64):
+                chunk = first_chunk + tile_t.id
+                token = begin + tile_t.index
+                valid = token < end
+                row = token * HV + hv
+                w = hl.load(w_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+                kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]], extra_mask=valid[None, :])
+                qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
+                aqk = hl.load(aqk_rows, [row[:, None], cols64[None, :]], extra_mask=valid[:, None])
+                if has_track:
+                    tracked = torch.where(tile_t.id == track_at, state, tracked)
+                state_b = state.to(torch.bfloat16)
+                v_cols = hv * V + tile_v.index
+                u = hl.load(u_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
+                v_new = (u - _dot32(w, state_b)).to(torch.bfloat16)
+                o = _dot32(qg, state_b) + _dot32(aqk, v_new)
+                hl.store(u_rows, [token[:, None], v_cols[None, :]], o.to(u_rows.dtype),
+                         extra_mask=valid[:, None])  # fmt: skip
+                decay = hl.load(decay_flat, [(chunk * HV + hv) * K + kk])
+                state = state * decay[:, None] + _dot32(kg_t, v_new)
+            hl.store(pool_rows, [state_row[None, :], kk[:, None]], state.to(pool_rows.dtype),
+                     extra_mask=has_slot)  # fmt: skip
+            if has_track:
+                written = (track_at >= 0) & (track_at * 64 < end - begin)
+                t_row = (n * HV + hv) * V + tile_v.index
+                hl.store(track_rows, [t_row[None, :], kk[:, None]], tracked, extra_mask=written)
     return pool_rows
 
 
@@ -654,24 +662,43 @@ def _state_variant(kernel: helion.Kernel, **changes) -> helion.Kernel:
     return _kernel("state", {**dict(kernel.configs[0]), **changes})
 
 
-_widened: dict[tuple, helion.Kernel] = {}  # (kernel, sequences x heads, V, device) -> the kernel to launch
+_widened: dict[tuple, tuple] = {}  # (kernel, sequences x heads, sequences, V, device) -> (kernel, lanes)
 
 
-def _state_kernel(kernel, N: int, HV: int, V: int, device):
-    """The state pass kernel for this call: `kernel` with its V tile widened per widened_block_v. Cached, so
-    a repeated shape costs one dict lookup (no config copy or signature on every prefill call)."""
-    if not (_widen_state and device.type == "cuda" and isinstance(kernel, helion.Kernel)):
-        return kernel  # (the CPU interpreter has no SM count; autotune's recorder wraps the kernel)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (kernel, N * HV, V, index)
+def state_lanes(N: int, HV: int, tiles: int, sms: int) -> int:
+    """Sequence lanes of the state pass: every sequence in parallel while one wave holds them (N x HV x
+    V tiles programs, one an SM), else as many lanes as fill one wave, each running its sequences in turn
+    (a second wave would wait for the first anyway). A CUDA graph's tables have many sequence slots, most
+    empty: the lanes stop at the last non-empty sequence, so empty slots cost nothing."""
+    if N * HV * tiles <= sms:
+        return N
+    return max(1, min(N, sms // (HV * tiles)))
+
+
+_CPU_LANES = 2  # the interpreter has no SMs: two lanes, so a lane strides over sequences whenever N > 2
+
+
+def _state_kernel(kernel, N: int, HV: int, V: int, device) -> tuple:
+    """The state pass kernel for this call, `kernel` with its V tile widened per widened_block_v, and its
+    number of sequence lanes (state_lanes). Cached, so a repeated shape costs one dict lookup."""
+    on_gpu = device.type == "cuda"
+    index = (device.index if device.index is not None else torch.cuda.current_device()) if on_gpu else -1
+    key = (kernel, N * HV, N, V, index)
     chosen = _widened.get(key)
     if chosen is None:
-        sms = helion.runtime.get_num_sm(torch.device("cuda", index))
-        block_sizes = list(kernel.configs[0]["block_sizes"])
-        width = widened_block_v(int(block_sizes[0]), N * HV, V, sms)
-        chosen = kernel
-        if width != block_sizes[0]:
-            chosen = _state_variant(kernel, block_sizes=[width, *block_sizes[1:]])
+        sms = helion.runtime.get_num_sm(torch.device("cuda", index)) if on_gpu else 0
+        chosen_kernel = kernel
+        width = V
+        if isinstance(kernel, helion.Kernel):  # (autotune's recorder wraps the kernel)
+            block_sizes = list(kernel.configs[0]["block_sizes"])
+            width = int(block_sizes[0])
+            if _widen_state and on_gpu:
+                widened = widened_block_v(width, N * HV, V, sms)
+                if widened != width:
+                    chosen_kernel = _state_variant(kernel, block_sizes=[widened, *block_sizes[1:]])
+                    width = widened
+        lanes = state_lanes(N, HV, math.ceil(V / width), sms) if on_gpu else min(N, _CPU_LANES)
+        chosen = (chosen_kernel, lanes)
         _widened[key] = chosen
     return chosen
 
@@ -699,6 +726,27 @@ def _launch_within_shared_memory(kernel, args: tuple):
         fallback = _state_variant(kernel, num_stages=stages - 1)
         _fewer_stages[id(bound)] = fallback
         return _launch_within_shared_memory(fallback, args)
+
+
+_lanes_cache: dict[tuple, torch.Tensor] = {}
+_positions_cache: dict[tuple, torch.Tensor] = {}
+
+
+def _lane_ids(lanes: int, device) -> torch.Tensor:
+    key = (lanes, str(device))
+    if key not in _lanes_cache:
+        _lanes_cache[key] = torch.zeros(lanes, dtype=torch.int32, device=device)
+    return _lanes_cache[key]
+
+
+def _sequence_count(cu: torch.Tensor) -> torch.Tensor:
+    """[1] int64 on the device: the index after the last sequence with tokens (no host sync). Empty
+    sequences before it are run (they change nothing); the graph tables' empty slots after it are not."""
+    n = cu.numel() - 1
+    key = (n, str(cu.device))
+    if key not in _positions_cache:
+        _positions_cache[key] = torch.arange(1, n + 1, dtype=torch.int64, device=cu.device)
+    return (_positions_cache[key] * (cu[1:] > cu[:-1])).amax().reshape(1)
 
 
 def _is_pow2(n: int) -> bool:
@@ -868,9 +916,10 @@ def chunk_kda(
     if not initial_state.is_contiguous():
         raise ValueError("initial_state must be a contiguous [slots,HV,V,K] pool")
     pool_rows = initial_state.view(-1, K)
-    _launch_within_shared_memory(_state_kernel(kernels["state"], N, HV, V, dev), (
+    state_kernel, lanes = _state_kernel(kernels["state"], N, HV, V, dev)
+    _launch_within_shared_memory(state_kernel, (
         w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
-        track_rows, track_chunk, has_track, HV,
+        track_rows, track_chunk, _lane_ids(lanes, dev), _sequence_count(cu), has_track, HV,
     ))  # fmt: skip
     return (out, None) if output_intermediate_states else out
 

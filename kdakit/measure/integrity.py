@@ -35,6 +35,9 @@ def read_request_count(base_url: str, timeout: float = 10.0) -> float | None:
         return None
 
 
+NOT_READ = {"sent": 0, "server": None, "foreign": None}  # a run whose counter was not compared
+
+
 @dataclass
 class Window:
     """One measured run's view of the server's counter."""

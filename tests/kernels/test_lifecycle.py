@@ -78,12 +78,15 @@ def test_helion_arms_agree_with_the_triton_arm(case, baseline):
 @pytest.mark.parametrize("case", ["triton-chain", "helion-chain", "upstream-chain"])
 def test_prefill_graph_runs_each_arms_extend_where_sglang_puts_it(case):
     """kdakit's patch puts its Helion extend inside the breakable prefill graph (as Triton's); SGLang's own
-    Helion extend stays an eager break; a batch of more sequences than the tables hold runs eagerly."""
+    Helion extend stays an eager break; a batch of more sequences than the tables hold runs eagerly (no
+    graph), where there are tables."""
     r = report(case)
     one_token, mixed, continued, too_many = lifecycle.PREFILL_GRAPH_PHASES
     want = PREFILL_GRAPH_ROUTE[CASES[case][0]]
     assert [r.routes[p] for p in (one_token, mixed, continued)] == [want] * 3
-    assert r.routes[too_many] == "eager (more sequences than the graph's tables)"
+    # the runner's replay vote on the sequence count exists only where the KDA tables do
+    tables = want == "in graph"
+    assert r.routes[too_many] == ("eager (more sequences than the graph's tables)" if tables else want)
 
 
 def test_the_verify_kernel_gets_the_backends_row_table_and_the_tree():

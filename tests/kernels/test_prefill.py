@@ -190,15 +190,32 @@ def test_state_kernel_for_a_gpu_call_is_widened_once_then_looked_up(monkeypatch)
     monkeypatch.setattr(prefill, "_widened", {})
     gpu = torch.device("cuda", 0)
     configured = prefill._kernels["state"]
-    assert prefill._state_kernel(configured, 1, 16, 128, gpu) is configured
-    wide = prefill._state_kernel(configured, 2, 16, 128, gpu)
-    assert wide.configs[0]["block_sizes"] == [32]
+    assert prefill._state_kernel(configured, 1, 16, 128, gpu) == (configured, 1)
+    wide, lanes = prefill._state_kernel(configured, 2, 16, 128, gpu)
+    assert wide.configs[0]["block_sizes"] == [32] and lanes == 2
     assert {k: v for k, v in wide.configs[0].config.items() if k != "block_sizes"} == {
         k: v for k, v in configured.configs[0].config.items() if k != "block_sizes"
     }
     monkeypatch.setattr(prefill, "_state_variant", lambda *_, **__: pytest.fail("state kernel rebuilt"))
-    assert prefill._state_kernel(configured, 2, 16, 128, gpu) is wide
-    assert prefill._state_kernel(configured, 2, 16, 128, torch.device("cpu")) is configured
+    assert prefill._state_kernel(configured, 2, 16, 128, gpu) == (wide, 2)
+    assert prefill._state_kernel(configured, 2, 16, 128, torch.device("cpu")) == (configured, 2)
+
+
+def test_state_lanes_fill_one_wave_and_stop_at_the_sequences():
+    """Sequences in parallel while one wave holds them all; else as many lanes as one wave holds. A prefill
+    graph's 128 sequence slots at 16 heads run in one lane per (head, V tile), 8 heads in two."""
+    assert prefill.state_lanes(1, 16, 8, 132) == 1
+    assert prefill.state_lanes(2, 16, 4, 132) == 2  # widened: 2 x 16 x 4 = 128 programs
+    assert prefill.state_lanes(128, 16, 8, 132) == 1
+    assert prefill.state_lanes(128, 8, 8, 132) == 2
+    assert prefill.state_lanes(16, 1, 1, 132) == 16
+    assert prefill.state_lanes(3, 16, 8, 2) == 1  # fewer SMs than programs per lane: one lane
+
+
+def test_sequence_count_stops_at_the_last_sequence_with_tokens():
+    cu = torch.tensor([0, 5, 5, 9, 9, 9], dtype=torch.int32)  # an empty sequence inside, two at the end
+    assert prefill._sequence_count(cu).tolist() == [3]
+    assert prefill._sequence_count(torch.tensor([0, 0, 0], dtype=torch.int32)).tolist() == [0]
 
 
 def test_state_pass_out_of_shared_memory_runs_with_fewer_stages(monkeypatch):
