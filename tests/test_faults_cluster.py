@@ -87,7 +87,7 @@ def cluster(tmp_path_factory):
         sshhosts.down(hosts)
 
 
-def make(cluster, target: str, *variables: str, results: Path | None = None, timeout: float = 600):
+def make(cluster, target: str, *variables: str, results: Path | None = None, timeout: float = 600, env=None):
     extra = f"-e @{cluster['work'] / 'settings.yml'}"
     variables = [f"EXTRA={extra} {v[6:]}" if v.startswith("EXTRA=") else v for v in variables]
     if not any(v.startswith("EXTRA=") for v in variables):
@@ -95,7 +95,7 @@ def make(cluster, target: str, *variables: str, results: Path | None = None, tim
     cmd = ["make", "--no-print-directory", "-o", ".venv/.setup-done", target,
            f"INVENTORY={cluster['inventory']}", f"RESULTS={results or cluster['work'] / 'results'}",
            *variables]  # fmt: skip
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json", **(env or {}))
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
     (cluster["work"] / f"{target}-{time.monotonic_ns()}.log").write_text(proc.stdout + proc.stderr)
     return proc
@@ -225,7 +225,10 @@ def test_run_b_deploy_faults_on_four_hosts_and_a_full_results_disk(cluster, tmp_
     h1.engine.stop()
     try:
         t0 = time.monotonic()
-        deploy = make(cluster, "deploy-h200", "RUN_ID=f-b", f"EXTRA={faults}", results=results)
+        # the space preflight expects 200 MiB a host arm: this run states its own size, so that the 4 MiB
+        # disk lets the deploy start and fills up later, at teardown (the fault under test)
+        small = {"KDAKIT_RESULTS_MB_PER_HOST_ARM": "0.1"}
+        deploy = make(cluster, "deploy-h200", "RUN_ID=f-b", f"EXTRA={faults}", results=results, env=small)
         assert time.monotonic() - t0 < 180
         got = lines(deploy)
         assert got["h1"].startswith(

@@ -30,8 +30,10 @@ def _take(path: Path, me: dict, replace: dict | None = None) -> subprocess.Compl
 
 def test_second_run_is_busy_and_the_same_run_may_take_it_again(tmp_path):
     lock = tmp_path / "state" / "lock.json"
-    assert _take(lock, _me("run-1")).returncode == 0
-    assert _take(lock, _me("run-1", step="bench")).returncode == 0  # the run's next step
+    first = _take(lock, _me("run-1"))
+    assert first.returncode == 0 and first.stdout.strip() == "taken"
+    again = _take(lock, _me("run-1", step="bench"))  # the run's next step: no change for Ansible
+    assert again.returncode == 0 and again.stdout.strip() == "held"
     other = _take(lock, _me("run-2"))
     assert other.returncode == hostlock.BUSY
     holder = json.loads(other.stdout)

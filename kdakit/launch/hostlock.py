@@ -102,7 +102,8 @@ def _write(path: Path, data: dict) -> None:
 
 
 def take(path: Path, me: dict, replace: dict | None = None) -> tuple[int, dict | None]:
-    """(0, None) when taken; (BUSY, holder) when another run holds it (and is not the replace'd holder)."""
+    """(0, None) when taken; (0, the run's own lock as it was) when this run already held it (refreshed);
+    (BUSY, holder) when another run holds it (and is not the replace'd holder)."""
     with _serialised(path):
         held = _read(path)
         ours = held is not None and held.get("run_id") == me["run_id"]
@@ -112,7 +113,7 @@ def take(path: Path, me: dict, replace: dict | None = None) -> tuple[int, dict |
         record = dict(me, refreshed=now())
         record["since"] = held.get("since", me["since"]) if ours else me["since"]
         _write(path, record)
-        return 0, None
+        return 0, (held if ours else None)
 
 
 def release(path: Path, run_id: str) -> bool:
@@ -148,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "take":
         me_record = dict(json.loads(args.me), since=now())
         code, held = take(Path(args.path), me_record, json.loads(args.replace) if args.replace else None)
-        if held is not None:
+        if code == 0:
+            print("held" if held is not None else "taken")  # Ansible's changed: a lock newly taken
+        elif held is not None:
             print(json.dumps(held))
         return code
     if args.cmd == "release":

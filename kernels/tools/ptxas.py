@@ -74,6 +74,8 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
             ends,
             e(1, K),
             torch.ones(1, dtype=torch.int64),
+            torch.zeros(1, dtype=torch.int32),  # one sequence lane
+            torch.ones(1, dtype=torch.int64),  # one sequence with tokens
             False,
             HV,
         ),  # fmt: skip
