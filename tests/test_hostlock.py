@@ -78,3 +78,17 @@ def test_take_over_only_the_holder_found_gone_and_release_only_ours(tmp_path):
     assert json.loads(lock.read_text())["run_id"] == "run-2"
     assert not hostlock.release(lock, "run-1") and lock.exists()
     assert hostlock.release(lock, "run-2") and not lock.exists()
+
+
+def test_release_says_whether_a_lock_was_removed(tmp_path):
+    """Ansible reports a change only when a lock went: a second teardown finds none."""
+    lock = tmp_path / "state" / "lock.json"
+    assert _take(lock, _me("run-1")).stdout.strip() == "taken"
+
+    def release() -> subprocess.CompletedProcess:
+        argv = [sys.executable, str(SCRIPT), "release", "--path", str(lock), "--run-id", "run-1"]
+        return subprocess.run(argv, capture_output=True, text=True)
+
+    first, second = release(), release()
+    assert (first.returncode, first.stdout.strip()) == (0, "released")
+    assert (second.returncode, second.stdout.strip()) == (0, "none")

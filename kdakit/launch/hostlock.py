@@ -155,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(held))
         return code
     if args.cmd == "release":
-        return 0 if release(Path(args.path), args.run_id) else BUSY
+        existed = Path(args.path).exists()
+        if not release(Path(args.path), args.run_id):
+            return BUSY
+        print("released" if existed else "none")  # Ansible's changed: a lock was removed
+        return 0
     if args.cmd == "me":
         print(json.dumps({"pid": args.pid, "pid_start": process_start(args.pid), "boot_id": boot_id()}))
         return 0

@@ -1,11 +1,15 @@
 """The SGLang integration: a small patch that makes SGLang's Helion KDA backend call kdakit's kernels.
 
-The patch touches one file, SGLang's Helion adapter (`srt/layers/attention/linear/kernels/kda_helion.py`):
-instead of importing SGLang's own Helion entry points it imports them from the modules that
+The patch touches two files. SGLang's Helion adapter (`srt/layers/attention/linear/kernels/kda_helion.py`),
+instead of importing SGLang's own Helion entry points, imports them from the modules that
 `helion_kda_modules()` names, chosen once at import time from `KDAKIT_HELION_KERNELS`:
 
 - `kdakit` (default): decode, verify and prefill from kdakit's kernels;
 - `upstream`: SGLang's own Helion kernels, as if unpatched (the `helion-upstream` arm).
+
+SGLang's KDA backend (`srt/layers/attention/linear/kda_backend.py`) also captures in its breakable prefill
+CUDA graph an extend kernel that declares `takes_prefill_graph_tables` (the adapter copies the declaration
+from the prefill entry point: kdakit's `chunk_kda` makes it, SGLang's Helion prefill does not).
 
 The `--linear-attn-{prefill,decode,verify}-backend helion` flags keep working verbatim: the patch changes
 which kernels the Helion backend calls, never how it is selected. ReplaySSM decode stays upstream.

@@ -562,20 +562,11 @@ class Lifecycle:
         """Prefill `lens[i]` new tokens of each request, radix-cache tracking as the scheduler asks for it;
         with graph, through SGLang's breakable prefill CUDA graph protocol (`_prefill_graph_forward`)."""
         import torch
-        from sglang.srt.model_executor.forward_batch_info import ForwardMode
 
         dev = self.device
         prefix = [len(r.mixed) for r in reqs]
         seq_lens = [p + n for p, n in zip(prefix, lens, strict=True)]
-        positions = [p + i for p, n in zip(prefix, lens, strict=True) for i in range(n)]
-        batch = self._base_batch(ForwardMode.EXTEND, reqs, seq_lens, sum(lens), positions)
-        ext = torch.tensor(lens, dtype=torch.int32, device=dev)
-        batch.extend_prefix_lens = torch.tensor(prefix, dtype=torch.int32, device=dev)
-        batch.extend_prefix_lens_cpu = list(prefix)
-        batch.extend_seq_lens = ext
-        batch.extend_seq_lens_cpu = list(lens)
-        batch.extend_start_loc = torch.cumsum(ext, 0) - ext
-        batch.extend_num_tokens = sum(lens)
+        batch = self._extend_batch(reqs, lens, prefix)
         # ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend: track when the extend covers a whole
         # 64-token checkpoint; the tracked length is the request's end (aligned: final state; else: the
         # last chunk boundary, from the kernel's track snapshot)
@@ -639,21 +630,13 @@ class Lifecycle:
         clearing the capture slot after each, then SGLang's BreakableCUDAGraphCapture of the layer over static
         inputs. On the CPU nothing is captured: a replay runs the same forward on the same static buffers."""
         import torch
-        from sglang.srt.model_executor.forward_batch_info import ForwardMode
         from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import (
             BreakableCUDAGraph,
             BreakableCUDAGraphCapture,
         )
 
         dev = self.device
-        pad = _Request(0, 0, [], [], [], [])
-        fb = self._base_batch(ForwardMode.EXTEND, [pad], [bucket], bucket, list(range(bucket)))
-        ext = torch.tensor([bucket], dtype=torch.int32, device=dev)
-        fb.extend_seq_lens, fb.extend_seq_lens_cpu = ext, [bucket]
-        fb.extend_prefix_lens = torch.zeros_like(ext)
-        fb.extend_prefix_lens_cpu = [0]
-        fb.extend_start_loc = torch.zeros_like(ext)
-        fb.extend_num_tokens = bucket
+        fb = self._extend_batch([_Request(0, 0, [], [], [], [])], [bucket], [0])
         fb.global_num_token_non_padded_cpu = bucket
         static = (
             torch.zeros(bucket, self.dim, dtype=self.act_dtype, device=dev),
@@ -750,23 +733,32 @@ class Lifecycle:
             expected.append(o)
         self._record("decode graph" if graph else "decode", out, torch.cat(expected), reqs, before)
 
-    def _fresh_batch(self, lens: list[int]):
-        """An extend of fresh requests (no prefix, no tracking) of `lens` tokens, and its inputs."""
+    def _extend_batch(self, reqs: list[_Request], lens: list[int], prefix: list[int]):
+        """SGLang's ForwardBatch of an extend: `lens[i]` new tokens after `prefix[i]` committed ones."""
         import torch
         from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+        dev = self.device
+        seq_lens = [p + n for p, n in zip(prefix, lens, strict=True)]
+        positions = [p + i for p, n in zip(prefix, lens, strict=True) for i in range(n)]
+        batch = self._base_batch(ForwardMode.EXTEND, reqs, seq_lens, sum(lens), positions)
+        ext = torch.tensor(lens, dtype=torch.int32, device=dev)
+        batch.extend_prefix_lens = torch.tensor(prefix, dtype=torch.int32, device=dev)
+        batch.extend_prefix_lens_cpu = list(prefix)
+        batch.extend_seq_lens, batch.extend_seq_lens_cpu = ext, list(lens)
+        batch.extend_start_loc = torch.cumsum(ext, 0) - ext
+        batch.extend_num_tokens = sum(lens)
+        return batch
+
+    def _fresh_batch(self, lens: list[int]):
+        """An extend of fresh requests (no prefix, no tracking) of `lens` tokens, and its inputs."""
 
         dev = self.device
         while len(self.requests) < len(lens):
             self.new_request()
         reqs = self.requests[: len(lens)]  # every call starts them afresh (no prefix)
         n = sum(lens)
-        batch = self._base_batch(ForwardMode.EXTEND, reqs, list(lens), n, [i for t in lens for i in range(t)])
-        ext = torch.tensor(lens, dtype=torch.int32, device=dev)
-        batch.extend_prefix_lens = torch.zeros_like(ext)
-        batch.extend_prefix_lens_cpu = [0] * len(lens)
-        batch.extend_seq_lens, batch.extend_seq_lens_cpu = ext, list(lens)
-        batch.extend_start_loc = torch.cumsum(ext, 0) - ext
-        batch.extend_num_tokens = n
+        batch = self._extend_batch(reqs, lens, [0] * len(lens))
         batch.global_num_token_non_padded_cpu = n
         mixed, gate, beta = (t.to(dev) for t in self._tokens(n))
         return batch, mixed, gate, beta

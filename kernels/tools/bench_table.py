@@ -31,13 +31,22 @@ def _read(raw: Path) -> dict:
     return result
 
 
-def latest_raw(root: Path | None = None) -> Path:
-    """The kernels-bench.json under root (default: RECORDS; RUN/HOST/) created last."""
+def latest_raw(root: Path | None = None, raw_name: str = RAW_NAME, read=None) -> Path:
+    """The raw_name record under root (default: RECORDS; RUN/HOST/) created last, as read() reads it
+    (default: a kernels-bench.json)."""
     root = root or RECORDS
-    found = sorted(root.glob(f"*/*/{RAW_NAME}"), key=lambda p: (_read(p).get("created", ""), str(p)))
+    read = read or _read
+    found = sorted(root.glob(f"*/*/{raw_name}"), key=lambda p: (read(p).get("created", ""), str(p)))
     if not found:
-        raise UsageError(f"no {RAW_NAME} under {root} (RUN_ID/HOST/{RAW_NAME})")
+        raise UsageError(f"no {raw_name} under {root} (RUN_ID/HOST/{raw_name})")
     return found[-1]
+
+
+def environment_line(env: dict) -> str:
+    """GPU, driver and torch/triton/helion of a record's environment, as the sections name them."""
+    versions = env.get("versions", {})
+    stack = ", ".join(f"{k} {versions[k]}" for k in ("torch", "triton", "helion") if versions.get(k))
+    return f"{env.get('gpu', '?')}, driver {env.get('driver', '?')}, {stack}"
 
 
 def shown(path: Path) -> str:
@@ -51,13 +60,10 @@ def section(raw: Path) -> str:
     from kdakit.kernels.tools import bench
 
     result = _read(raw)
-    env = result.get("environment", {})
-    versions = env.get("versions", {})
-    stack = ", ".join(f"{k} {versions[k]}" for k in ("torch", "triton", "helion") if versions.get(k))
     mode = result.get("kernel_configs", {}).get("mode", "shipped")
     line = (
-        f"Record `{shown(raw)}` ({result.get('created', '?')}): {env.get('gpu', '?')}, "
-        f"driver {env.get('driver', '?')}, {stack}; phases {','.join(result['config']['phases'])}, "
+        f"Record `{shown(raw)}` ({result.get('created', '?')}): "
+        f"{environment_line(result.get('environment', {}))}; phases {','.join(result['config']['phases'])}, "
         f"configs {mode}."
     )
     return "\n".join([BEGIN, "", line, "", bench.render_table(result), "", END])

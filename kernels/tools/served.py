@@ -292,22 +292,18 @@ END = "<!-- end served-table -->"
 
 
 def latest_raw(root: Path | None = None) -> Path:
-    root = root or RECORDS
-    found = sorted(root.glob(f"*/*/{RAW_NAME}"), key=lambda p: (read(p).get("created", ""), str(p)))
-    if not found:
-        raise UsageError(f"no {RAW_NAME} under {root} (RUN_ID/HOST/{RAW_NAME})")
-    return found[-1]
+    from kdakit.kernels.tools import bench_table
+
+    return bench_table.latest_raw(root or RECORDS, RAW_NAME, read)
 
 
 def section(raw: Path) -> str:
     from kdakit.kernels.tools import bench_table
 
     record = read(raw)
-    env = record.get("environment", {})
-    versions = env.get("versions", {})
-    stack = ", ".join(f"{k} {versions[k]}" for k in ("torch", "triton", "helion") if versions.get(k))
     line = (
-        f"Record `{bench_table.shown(raw)}` ({record.get('created', '?')}): {env.get('gpu', '?')}, "
-        f"driver {env.get('driver', '?')}, {stack}; {record['config']['heads'] or 16} heads."
+        f"Record `{bench_table.shown(raw)}` ({record.get('created', '?')}): "
+        f"{bench_table.environment_line(record.get('environment', {}))}; "
+        f"{record['config']['heads'] or 16} heads."
     )
     return "\n".join([BEGIN, "", line, "", render_table(record), "", END])
