@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from kdakit.launch import access
-from kdakit.report import load_published
+from kdakit.report.model import load_published
 from tests.infra import bench_client_image, dockerd, fake_server_image, images, sshhosts
 
 _spec = importlib.util.spec_from_file_location(
