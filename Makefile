@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 KDAKIT := $(VENV)/bin/kdakit
 WHEELS ?= .cache/wheels
 # Read a pin from pins.toml (the one source of truth), e.g. $(call pin,packages,sglang)
-pin = $(shell $(PYTHON) kdakit/pins.py $(1) $(2))
+pin = $(shell $(PYTHON) kdakit/facts/pins.py $(1) $(2))
 SGLANG_VERSION := $(call pin,packages,sglang)
 EXTRAS ?= dev,kernels,eval,controller,sglang-cli,sglang-backend,benchclient
 

@@ -40,7 +40,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 from kdakit.launch import access
 from kdakit.measure import bounded, context, integrity, telemetry
 from kdakit.records import results

@@ -2,7 +2,7 @@
 # Makefile). The cluster-wide `eval-gsm8k` / `bench` targets (playbooks/) run these same commands on each host.
 
 # The server's port is the launch profile's [deploy] port (defined there only), read when BASE_URL is used.
-BASE_URL ?= http://127.0.0.1:$(shell $(PYTHON) -c 'from kdakit import profiles; print(profiles.load("$(SKU)", "$(ARM)").deploy["port"])')
+BASE_URL ?= http://127.0.0.1:$(shell $(PYTHON) -c 'from kdakit.facts import profiles; print(profiles.load("$(SKU)", "$(ARM)").deploy["port"])')
 PROTOCOL ?= pr
 RESULTS ?= results
 RUN_ID ?=

@@ -35,7 +35,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 from kdakit.launch import access
 from kdakit.measure import bounded, context, integrity, telemetry
 from kdakit.records import results

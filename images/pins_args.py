@@ -8,9 +8,9 @@ import importlib.util
 import sys
 from pathlib import Path
 
-# kdakit/pins.py is pins.toml's one reader; loaded from its file, as kdakit may not be installed yet.
+# kdakit/facts/pins.py is pins.toml's one reader; loaded from its file, as kdakit may not be installed yet.
 _SPEC = importlib.util.spec_from_file_location(
-    "kdakit_pins", Path(__file__).resolve().parents[1] / "kdakit/pins.py"
+    "kdakit_pins", Path(__file__).resolve().parents[1] / "kdakit/facts/pins.py"
 )
 _PINS = sys.modules[_SPEC.name] = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(_PINS)

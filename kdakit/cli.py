@@ -6,11 +6,11 @@ import argparse
 import importlib
 import sys
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 
 # Subcommand -> module exposing `register(subparsers)`, which adds that subcommand and sets `func`.
 COMMAND_MODULES = {
-    "pins": "kdakit.pins",
+    "pins": "kdakit.facts.pins",
     "plan": "kdakit.launch.plan",
     "serve": "kdakit.launch.serve",
     "sglang-args": "kdakit.launch.sglang_args",

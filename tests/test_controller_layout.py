@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # Folder -> import name, as pyproject.toml maps them.
 PACKAGE_DIRS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
 
-# Layer -> the layers it may import. "facts" are the modules both the controller and the kernels read.
+# Layer -> the layers it may import. "facts" (kdakit.facts) is what both the controller and the kernels read;
+# the run-time kernels read nothing else of the controller. kernels/tools (bench, autotune: never imported by
+# SGLang) writes result records, so it reads records too; records reads only facts, so nothing runs back.
 LAYERS = {
     "facts": set(),
     "launch": {"facts"},
@@ -30,11 +32,10 @@ LAYERS = {
     "report": {"facts", "records", "measure", "bench"},
 }
 LAYERS["cli"] = set(LAYERS)  # the command line wires every layer
-FACTS = {"kdakit", "kdakit.errors", "kdakit.pins", "kdakit.profiles"}
 
 
 def layer_of(module: str) -> str:
-    if module in FACTS:
+    if module in ("kdakit", "kdakit.facts") or module.startswith("kdakit.facts."):
         return "facts"
     if module in ("kdakit.cli", "kdakit.__main__"):
         return "cli"
@@ -91,11 +92,37 @@ def test_every_import_runs_the_way_the_layers_allow():
     assert wrong == []
 
 
+def _wrong_way(module: str, source: str, tmp_path: Path) -> set[str]:
+    planted = tmp_path / "planted.py"
+    planted.write_text(source)
+    imported = kdakit_imports(module, planted)
+    mine = layer_of(module)
+    return {layer_of(_known(i, set(module_files()))) for i in imported} - LAYERS[mine] - {mine}
+
+
 def test_the_layout_check_catches_a_wrong_way_import(tmp_path):
-    planted = tmp_path / "pins.py"
-    planted.write_text("from kdakit.records import stats\n")
-    imported = kdakit_imports("kdakit.pins", planted)
-    assert {layer_of(_known(i, set(module_files()))) for i in imported} - LAYERS["facts"] == {"records"}
+    assert _wrong_way("kdakit.facts.pins", "from kdakit.records import stats\n", tmp_path) == {"records"}
+    assert _wrong_way("kdakit.facts.profiles", "from kdakit.launch import plan\n", tmp_path) == {"launch"}
+    assert _wrong_way("kdakit.kernels.decode", "from kdakit.checks import selftest\n", tmp_path) == {"checks"}
+    assert _wrong_way("kdakit.kernels.integration", "import kdakit.records.stats\n", tmp_path) == {"records"}
+    assert _wrong_way("kdakit.kernels.tools.bench", "from kdakit.report import model\n", tmp_path) == {
+        "report"
+    }
+
+
+def test_the_kernels_read_only_the_facts_package_of_the_controller():
+    """The run-time kernels (kernels/, kernels/integration/) import kdakit.facts and themselves, nothing else;
+    the facts package imports no other part of kdakit."""
+    wrong = []
+    for module, path in sorted(module_files().items()):
+        runtime_kernel = module.startswith("kdakit.kernels") and not module.startswith("kdakit.kernels.tools")
+        if not (runtime_kernel or layer_of(module) == "facts"):
+            continue
+        allowed = ("kdakit.facts", "kdakit.kernels") if runtime_kernel else ("kdakit.facts",)
+        for imported in kdakit_imports(module, path):
+            if imported != "kdakit" and not imported.startswith(tuple(a + "." for a in allowed) + allowed):
+                wrong.append(f"{module} imports {imported}")
+    assert wrong == []
 
 
 def test_every_package_folder_is_one_the_readme_names():

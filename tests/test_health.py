@@ -6,7 +6,7 @@ import pytest
 
 from kdakit import cli
 from kdakit.checks import health
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 
 
 def test_bus_factor_follows_nccl_tests():

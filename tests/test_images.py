@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from kdakit import pins
+from kdakit.facts import pins
 from tests.infra import dockerd, images
 
 pytestmark = [pytest.mark.docker, pytest.mark.integration]

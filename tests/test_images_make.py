@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kdakit import pins
+from kdakit.facts import pins
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = REPO / "images" / "build_steps.py"

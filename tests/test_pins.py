@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kdakit import pins
+from kdakit.facts import pins
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,7 +104,7 @@ def test_kdakit_pins_is_the_only_reader_of_pins_toml():
         if f.endswith((".py", ".mk", "Makefile", ".sh")) and not f.startswith("tests/")
     ]
     readers = [f for f in code if _parses_pins((ROOT / f).read_text())]
-    assert readers == ["kdakit/pins.py"]
+    assert readers == ["kdakit/facts/pins.py"]
     assert _parses_pins(
         """pin = $(shell python3 -c 'import tomllib;print(tomllib.load(open("pins.toml","rb")))')"""
     )
@@ -112,7 +112,7 @@ def test_kdakit_pins_is_the_only_reader_of_pins_toml():
 
 def test_the_reader_runs_as_a_script_without_kdakit_for_make_and_images():
     script = subprocess.run(
-        [sys.executable, "-I", str(ROOT / "kdakit" / "pins.py"), "packages", "sglang"],
+        [sys.executable, "-I", str(ROOT / "kdakit" / "facts" / "pins.py"), "packages", "sglang"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert script.stdout.strip() == pins.package("sglang")

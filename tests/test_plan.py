@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from kdakit import profiles
-from kdakit.errors import UsageError
+from kdakit.facts import profiles
+from kdakit.facts.errors import UsageError
 from kdakit.launch import plan
 
 KDA_FLAGS = {"--linear-attn-prefill-backend", "--linear-attn-decode-backend", "--linear-attn-verify-backend"}

@@ -17,7 +17,7 @@ from kdakit.launch import plan
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = REPO / "playbooks"
-PROFILE = REPO / "kdakit" / "profiles" / "glm-5.3-flash.toml"
+PROFILE = REPO / "kdakit" / "facts" / "profiles" / "glm-5.3-flash.toml"
 BIN = Path(sys.executable).parent
 # Where the port could be copied: the kit's code and data, the playbooks and the Make targets we own.
 AREAS = ("kdakit", "evals", "bench", "kernels", "images", "playbooks")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 from kdakit.records import provenance, results
 
 PROVENANCE = {
@@ -140,7 +140,7 @@ def test_provenance_reads_server_command_and_sku(tmp_path, monkeypatch):
 
 
 def test_every_launch_arm_is_a_valid_record_arm(tmp_path):
-    from kdakit import profiles
+    from kdakit.facts import profiles
     from kdakit.measure import context
 
     for arm in profiles.arms():

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from kdakit import pins
 from kdakit.checks import selftest
+from kdakit.facts import pins
 
 PINNED = pins.load()
 
@@ -195,7 +195,7 @@ def test_gpu_parity_harness_on_the_cpu_interpreter():
 
 
 def test_arms_come_from_arms_toml():
-    from kdakit import profiles
+    from kdakit.facts import profiles
 
     assert set(selftest.ARMS) == set(profiles.arms())
     assert selftest.ARMS == {"triton": None, "helion": "kdakit", "helion-upstream": "upstream"}

@@ -4,7 +4,7 @@ import warnings
 
 import pytest
 
-from kdakit import pins
+from kdakit.facts import pins
 from kdakit.launch import plan, serve, sglang_args
 
 

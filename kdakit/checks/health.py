@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 
 # NVLS / multicast off: the lent multi-GPU hosts do not support it, and a health check must not depend on it.
 NO_MULTICAST_ENV = {

@@ -3,8 +3,8 @@
 Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
 - every pinned package of the image (torch, triton, helion, sglang, lm-eval) is installed at its pin,
   and torch was built for the pinned CUDA;
-- SGLang's Helion KDA backend resolves to the kernels the arm asks for (arms: kdakit/profiles/arms.toml; an
-  arm without the Helion backend: SGLang's Triton adapter is importable);
+- SGLang's Helion KDA backend resolves to the kernels the arm asks for (arms:
+  kdakit/facts/profiles/arms.toml; an arm without the Helion backend: SGLang's Triton adapter is importable);
 - tuned kernel configs shipped for this GPU's SKU: listed, and FAIL where their kernel source hash or helion
   version differ from what is installed (they would not be used); one tuned with another triton/torch is
   used, and listed as "active, tuned with other triton/torch: re-tune in the image";
@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from kdakit import pins
+from kdakit.facts import pins
 from kdakit.kernels.integration import DEFAULT as KDAKIT_KERNELS
 from kdakit.kernels.integration import ENV_VAR, KDAKIT_MODULES
 
@@ -35,8 +35,8 @@ IMAGE_PACKAGES = ("torch", "triton", "helion", "sglang", "lm-eval")
 
 def arm_kernels() -> dict[str, str | None]:
     """arm -> the KDAKIT_HELION_KERNELS value that selects its kernels (None: no Helion backend), from
-    kdakit/profiles/arms.toml."""
-    from kdakit import profiles
+    kdakit/facts/profiles/arms.toml."""
+    from kdakit.facts import profiles
     from kdakit.kernels.integration.lifecycle import arm_settings
 
     settings = {name: arm_settings(name) for name in profiles.arms()}

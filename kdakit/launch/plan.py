@@ -10,8 +10,8 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from kdakit import profiles
-from kdakit.errors import UsageError
+from kdakit.facts import profiles
+from kdakit.facts.errors import UsageError
 from kdakit.launch import sglang_args
 
 SERVE_COMMAND = ("sglang", "serve")

@@ -12,8 +12,9 @@ import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kdakit import __version__, pins
-from kdakit.errors import UsageError
+from kdakit import __version__
+from kdakit.facts import pins
+from kdakit.facts.errors import UsageError
 from kdakit.launch import access
 from kdakit.launch.plan import Plan, add_plan_arguments, plan_from_args
 
@@ -42,7 +43,7 @@ def check_with_live_parser(plan: Plan) -> bool:
 def check_helion_kernels(plan: Plan) -> None:
     """For a Helion arm: resolve and import its kernels as the patched adapter will at start-up, under the
     plan's environment, so a wrong SGLang or a broken kernel module stops here with one line."""
-    from kdakit import profiles
+    from kdakit.facts import profiles
 
     if profiles.arms()[plan.arm]["kda_backend"] != "helion":
         return

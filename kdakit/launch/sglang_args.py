@@ -16,8 +16,8 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-from kdakit import pins
-from kdakit.errors import UsageError
+from kdakit.facts import pins
+from kdakit.facts.errors import UsageError
 
 SNAPSHOT = Path(__file__).parent / "data" / "sglang-server-args.json"
 

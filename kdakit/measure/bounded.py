@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 from kdakit.launch import access
 
 

@@ -16,12 +16,12 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kdakit import profiles
-from kdakit.errors import UsageError
+from kdakit.facts import profiles
+from kdakit.facts.errors import UsageError
 from kdakit.launch import access
 from kdakit.records import provenance, results
 
-ARMS = (*profiles.arms(), "unknown")  # the launch arms (kdakit/profiles/arms.toml)
+ARMS = (*profiles.arms(), "unknown")  # the launch arms (kdakit/facts/profiles/arms.toml)
 KDA_BACKEND_ARGS = ("linear_attn_prefill_backend", "linear_attn_decode_backend", "linear_attn_verify_backend")
 
 

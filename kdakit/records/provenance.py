@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import kdakit
-from kdakit import pins
+from kdakit.facts import pins
 from kdakit.records.controller_files import write_json_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jsonschema
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 from kdakit.records.controller_files import WriteFailed, write_json_atomic
 
 SCHEMA_ID = "kdakit.result.v1"

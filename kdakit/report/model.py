@@ -6,7 +6,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 from kdakit.measure.context import canonical_sku
 from kdakit.records import results, stats
 

@@ -74,7 +74,7 @@ class KernelResolutionError(RuntimeError):
 def _check_sglang_version() -> None:
     from importlib import metadata
 
-    from kdakit import pins
+    from kdakit.facts import pins
 
     wanted = pins.package("sglang")
     try:
@@ -124,7 +124,7 @@ def helion_kda_modules(quiet: bool = False) -> dict[str, str]:
 
 
 def patch_file(sglang_version: str | None = None) -> Path:
-    from kdakit import pins
+    from kdakit.facts import pins
 
     version = sglang_version or pins.package("sglang")
     path = PATCH_DIR / f"sglang-{version}-kdakit.patch"

@@ -237,7 +237,7 @@ def arm_settings(arm: str) -> tuple[str, str]:
     """(the value of all three --linear-attn-{prefill,decode,verify}-backend flags, KDAKIT_HELION_KERNELS)."""
     from kdakit.kernels.integration import DEFAULT, ENV_VAR
 
-    from kdakit import profiles
+    from kdakit.facts import profiles
 
     arms = profiles.arms()
     if arm not in arms:
@@ -1168,7 +1168,7 @@ def prefill_graph_cost(heads: int | None = None, cases=PREFILL_GRAPH_CASES, reps
     sequences than the graph's tables hold); eager also with its host time per call."""
     import torch
 
-    from kdakit import profiles
+    from kdakit.facts import profiles
 
     rows = []
     shape = served_shape(heads, graph_bs=0, prefill_buckets=(1,))

@@ -61,7 +61,7 @@ from kdakit.kernels.tuned import (
     TunedConfig,
 )
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 
 HEAD_DIM = shapes.get("model", "head_dim")
 DRAFT_TOKENS = shapes.get("model", "draft_tokens")

@@ -36,7 +36,7 @@ from kdakit.kernels.tools.timing import (
     slot_sets,
 )
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 
 RAW_NAME = "kernels-bench.json"
 RECORD_NAME = "kernels.result.json"
@@ -1011,7 +1011,7 @@ def environment() -> dict:
     torch = _torch()
     from importlib import metadata
 
-    from kdakit import pins
+    from kdakit.facts import pins
 
     versions = {"python": platform.python_version()}
     for dist in ("torch", "triton", "helion", "sglang"):

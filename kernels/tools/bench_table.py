@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH_MD = REPO / "kernels" / "BENCH.md"

@@ -25,7 +25,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 
 KIND = "kdakit.served-prefill"
 RAW_NAME = "served-prefill.json"
@@ -145,7 +145,7 @@ def run(args) -> dict:
 
     from kdakit.kernels.tools import bench
 
-    from kdakit import profiles
+    from kdakit.facts import profiles
 
     cfg = StackConfig(
         layers=args.layers, hidden=args.hidden, ffn=args.ffn, reps=args.reps, max_seqs=args.max_seqs

@@ -21,7 +21,7 @@ from typing import Any
 
 from kdakit.kernels import shapes
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 
 MIB = 1 << 20
 L2_COLD_BYTES = 128 * MIB  # state touched per graph cycle: >= 2x the H200's 60 MB L2

@@ -27,8 +27,8 @@ from typing import Any
 
 from kdakit.kernels import integration
 
-from kdakit import pins
-from kdakit.errors import UsageError
+from kdakit.facts import pins
+from kdakit.facts.errors import UsageError
 
 # Kernel modules taken from the wheel (dotted names); their package folders get stand-in __init__ files
 # unless listed in REAL_PACKAGES.

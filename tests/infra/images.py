@@ -53,7 +53,7 @@ CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"  # the build's pip trusts what 
 
 def _pins() -> dict:
     sys.path.insert(0, str(REPO))
-    from kdakit import pins
+    from kdakit.facts import pins
 
     return pins.load(REPO / "pins.toml")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kdakit.kernels import tuned
 
-from kdakit import pins
+from kdakit.facts import pins
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(tuned.CONFIG_DIR.glob("*/*.json"))

@@ -1,7 +1,7 @@
 """pins.toml: load it, print it, and check that the rest of the repo states the same versions.
 
 The one reader of pins.toml. Its import needs only the standard library, so the Makefile and images/ run it
-as a script before kdakit is installed: `python3 kdakit/pins.py TABLE KEY` prints one pin.
+as a script before kdakit is installed: `python3 kdakit/facts/pins.py TABLE KEY` prints one pin.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 
 PINS_FILE = Path(__file__).with_name("pins.toml")  # a link to the repo root's pins.toml
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSION = r"[0-9][0-9A-Za-z.+\-]*"
 _START = r"(?<![A-Za-z0-9.-])"  # `kdakit_torch_version` counts, `libtorch==` does not
 SKIPPED_DIRS = {"tests"}  # tests plant other versions on purpose
@@ -138,7 +138,7 @@ def check(root: Path = REPO_ROOT, pins: dict | None = None) -> list[Mismatch]:
 
 
 def _run(args) -> int:
-    from kdakit.errors import UsageError
+    from kdakit.facts.errors import UsageError
 
     if args.check:
         root = Path(args.root).resolve() if args.root else REPO_ROOT

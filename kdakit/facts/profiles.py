@@ -1,4 +1,4 @@
-"""Launch profiles and arms, read from the TOML files in kdakit/profiles/ (their only definition)."""
+"""Launch profiles and arms, read from the TOML files in kdakit/facts/profiles/ (their only definition)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from kdakit.errors import UsageError
+from kdakit.facts.errors import UsageError
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 KDA_BACKEND_FLAGS = (
