@@ -16,7 +16,9 @@ pin = $(shell $(PYTHON) kdakit/facts/pins.py $(1) $(2))
 SGLANG_VERSION := $(call pin,packages,sglang)
 EXTRAS ?= dev,kernels,eval,controller,sglang-cli,sglang-backend,benchclient
 
-SKU ?= h200
+# The SKU registry (kdakit/facts/profiles/<sku>.toml): every SKU, and the one used when SKU= is not given.
+SKUS := $(shell $(PYTHON) -m kdakit.facts.profiles names)
+SKU ?= $(shell $(PYTHON) -m kdakit.facts.profiles default)
 ARM ?= helion
 SET ?=
 PYTEST_ARGS ?=
@@ -28,7 +30,7 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n :
 REBUILD ?=
 
 help: ## List every target with its variables
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' \
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' \
 		$(MAKEFILE_LIST) | sort -u
 
 setup: $(VENV)/.setup-done ## Create .venv with kdakit, the controller tools and test deps at pinned versions. Vars: PYTHON=python3 EXTRAS=...
@@ -65,13 +67,13 @@ pins: setup ## Print the pinned versions
 pins-check: setup ## Fail when any file states a version other than pins.toml's
 	$(KDAKIT) pins --check
 
-plan: setup ## Print the exact sglang serve command and container env. Vars: SKU=h200 ARM=helion SET="--flag=value ..."
+plan: setup ## Print the exact sglang serve command and container env. Vars: SKU=<kdakit skus> ARM=helion SET="--flag=value ..."
 	$(KDAKIT) plan --sku $(SKU) --arm $(ARM) $(foreach s,$(SET),--set=$(s))
 
 sglang-args: setup ## Regenerate the snapshot of SGLang's server arguments from the pinned wheel
 	$(KDAKIT) sglang-args --write
 
-reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball's source hash is not this tree's), ab-$(SKU), roll-up, report. Vars: SKU=h200|b200 INVENTORY=(localhost) REBUILD=0 (refuse instead of rebuilding)
+reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball's source hash is not this tree's), ab-$(SKU), roll-up, report. Vars: SKU=<kdakit skus> INVENTORY=(localhost) REBUILD=0 (refuse instead of rebuilding)
 	@want=$$($(PYTHON) images/build_steps.py source-hash . $(SKU) $(BASE_IMAGE)); \
 	have=$$(cat $(FILE).source 2>/dev/null || echo none); build=; \
 	if [ ! -f $(FILE) ]; then build="image: no $(FILE) yet: building it"; \

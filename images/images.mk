@@ -3,7 +3,8 @@
 
 PYTHON ?= python3
 DOCKER ?= docker
-SKU ?= h200
+SKUS ?= $(shell $(PYTHON) -m kdakit.facts.profiles names)
+SKU ?= $(shell $(PYTHON) -m kdakit.facts.profiles default)
 BASE_IMAGE ?= $(shell $(PYTHON) images/pins_args.py base)
 IMAGE_GIT_SHA := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 IMAGE ?= kdakit:$(SKU)-$(shell git rev-parse --short=12 HEAD 2>/dev/null || echo dev)
@@ -22,8 +23,8 @@ IMAGE_SOURCE_HASH = $(shell $(PYTHON) images/build_steps.py source-hash . $(SKU)
 
 .PHONY: image image-base image-save image-load image-push lint-images
 
-image: ## Build the kdakit image (pins.toml versions, self-test gate). Vars: SKU=h200|b200 BASE_IMAGE=<pins image.base> IMAGE=kdakit:<sku>-<git sha> CA_BUNDLE= (host CA file for a TLS proxy) BUILD_DATE=<now>
-	@case "$(SKU)" in h200|b200) ;; *) echo "SKU must be h200 or b200, not '$(SKU)'" >&2; exit 2;; esac
+image: ## Build the kdakit image (pins.toml versions, self-test gate). Vars: SKU=<kdakit skus> BASE_IMAGE=<pins image.base> IMAGE=kdakit:<sku>-<git sha> CA_BUNDLE= (host CA file for a TLS proxy) BUILD_DATE=<now>
+	@$(if $(filter $(SKU),$(SKUS)),,echo "SKU must be one of $(SKUS) (kdakit/facts/profiles/), not '$(SKU)'" >&2; exit 2)
 	DOCKER_BUILDKIT=1 $(DOCKER) build --network $(BUILD_NETWORK) -f images/Dockerfile \
 	  $(shell $(PYTHON) images/pins_args.py build-args) \
 	  --build-arg BASE_IMAGE=$(BASE_IMAGE) --build-arg SKU=$(SKU) \

@@ -11,6 +11,7 @@ from kdakit.facts.errors import UsageError
 # Subcommand -> module exposing `register(subparsers)`, which adds that subcommand and sets `func`.
 COMMAND_MODULES = {
     "pins": "kdakit.facts.pins",
+    "skus": "kdakit.facts.profiles",
     "plan": "kdakit.launch.plan",
     "serve": "kdakit.launch.serve",
     "sglang-args": "kdakit.launch.sglang_args",

@@ -63,6 +63,8 @@ from typing import Any, NamedTuple
 
 from kdakit.kernels import shapes
 
+from kdakit.facts import profiles
+
 SCHEMA = "kdakit.kernel-config.v1"
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 BATCH_BUCKETS = tuple(shapes.get("buckets", "batch"))
@@ -131,15 +133,6 @@ KERNEL_GROUPS = {
     **{name: (name,) for name in PREFILL_KERNELS},
 }
 
-# GPU name (lower case) substrings -> SKU folder, most specific first
-_SKU_PATTERNS = (
-    ("gb200", "gb200"),
-    ("b200", "b200"),
-    ("h200 nvl", "h200-nvl"),
-    ("h200", "h200"),
-    ("h100", "h100"),
-)
-
 
 class KernelConfigWarning(UserWarning):
     """A kernel runs its default config (no usable tuned config for this GPU and shape), or runs a tuned one
@@ -151,11 +144,12 @@ class ConfigFileError(ValueError):
 
 
 def sku_of(gpu_name: str) -> str:
-    """'NVIDIA H200' -> 'h200'; unknown GPUs get a slug of their name (so their configs still separate)."""
-    name = gpu_name.lower()
-    for pattern, sku in _SKU_PATTERNS:
-        if pattern in name:
-            return sku
+    """The configs folder of a GPU: the SKU registry's for its GPU ('NVIDIA H200' -> 'h200', from
+    kdakit/facts/profiles/h200.toml); any other GPU gets a slug of its name (its configs still separate)."""
+    registered = profiles.sku_of_gpu(gpu_name)
+    if registered is not None:
+        return registered.configs
+    name = gpu_name.strip().lower()
     return re.sub(r"[^a-z0-9]+", "-", name.removeprefix("nvidia ")).strip("-") or "unknown"
 
 

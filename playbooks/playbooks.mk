@@ -1,5 +1,7 @@
 # Playbook targets (included by the root Makefile). Each runs ansible-playbook with playbooks/ansible.cfg.
-# INVENTORY: the hosts (default: this machine as one H200 host). ARM: triton | helion | helion-upstream.
+# INVENTORY: the hosts (default: this machine as one host of the default SKU). ARM: an arm of
+# kdakit/facts/profiles/arms.toml. SKUs: kdakit/facts/profiles/<sku>.toml (`kdakit skus`); the inventory's
+# group of each SKU is named after it.
 # RUN_ID: deploy-* and ab-* make a new one (UTC time) unless given; the other steps reuse the last one
 # (results/LATEST). DRY_RUN=1: check mode with diff, nothing changes. EXTRA: more ansible-playbook args.
 
@@ -7,14 +9,15 @@ INVENTORY ?= playbooks/inventories/localhost.yml
 RUN_ID ?=
 DRY_RUN ?=
 PREFLIGHT_DONE ?=
-# The arms an A/B runs, in order.
-ARMS ?= triton helion
+# The arms an A/B runs, in order (arms.toml's `ab`).
+ARMS ?= $(shell $(PYTHON) -m kdakit.facts.profiles ab)
 # The serving protocol of bench and ab-* (bench/protocols.toml), e.g. rigorous (interleaved visits); unset:
 # the bench role's kdakit_bench_protocol (pr) or what the inventory or EXTRA sets.
 BENCH_PROTOCOL ?=
 kdakit_bench_protocol_arg = $(if $(BENCH_PROTOCOL),-e kdakit_bench_protocol=$(BENCH_PROTOCOL))
 EXTRA ?=
-HOSTS ?= h200:b200
+kdakit_empty :=
+HOSTS ?= $(subst $(kdakit_empty) $(kdakit_empty),:,$(SKUS))
 RESULTS ?= results
 ANSIBLE_PLAYBOOK ?= $(VENV)/bin/ansible-playbook
 NEW_RUN_ID := $(or $(RUN_ID),$(shell date -u +%Y%m%dT%H%M%SZ))
@@ -52,40 +55,34 @@ $(PY) -m kdakit.records.provenance rollup $(RESULTS)/$(NEW_RUN_ID) || rc=1; \
 $(KDAKIT) report $(RESULTS)/$(NEW_RUN_ID) || rc=1; exit $$rc
 endef
 
-.PHONY: preflight deploy-h200 deploy-b200 eval-gsm8k bench collect teardown ab-h200 ab-b200 lint-playbooks
+.PHONY: preflight eval-gsm8k bench collect teardown lint-playbooks
 
-preflight: setup ## One table of every host's checks (GPUs, driver, NVIDIA runtime, Docker, weights, bench data, disk) and the builder; nothing else runs. Vars: SKU=h200 INVENTORY= PREFLIGHT_BUILD=1 (check the image builder too)
-	@$(call kdakit_preflight,$(SKU),$(if $(PREFLIGHT_BUILD),--build))
+# deploy-<sku> and ab-<sku> exist for every SKU of the registry, and only for those.
+kdakit_known_sku = $(if $(filter $(1),$(SKUS)),,$(error no SKU '$(1)': the SKUs are $(SKUS) (kdakit/facts/profiles/)))
 
-deploy-h200: setup ## Preflight, load the image, start the server on the H200 hosts. Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
-	@$(call kdakit_preflight,h200,--hosts-only)
+preflight: setup ## One table of every host's checks (GPUs, driver, NVIDIA runtime, Docker, weights, bench data, disk) and the builder; nothing else runs. Vars: SKU=<kdakit skus> INVENTORY= PREFLIGHT_BUILD=1 (check the image builder too)
+	@$(call kdakit_known_sku,$(SKU))$(call kdakit_preflight,$(SKU),$(if $(PREFLIGHT_BUILD),--build))
+
+deploy-%: setup ## Preflight, load the image, start the server on the hosts of SKU % (deploy-h200, ...). Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
+	@$(call kdakit_known_sku,$*)$(call kdakit_preflight,$*,--hosts-only)
 	@$(if $(DRY_RUN),,$(call kdakit_latest,$(NEW_RUN_ID)))
-	$(call kdakit_playbook,deploy,h200,$(NEW_RUN_ID),$(ARM))
+	$(call kdakit_playbook,deploy,$*,$(NEW_RUN_ID),$(ARM))
 
-deploy-b200: setup ## Preflight, load the image, start the server on the B200 hosts. Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
-	@$(call kdakit_preflight,b200,--hosts-only)
-	@$(if $(DRY_RUN),,$(call kdakit_latest,$(NEW_RUN_ID)))
-	$(call kdakit_playbook,deploy,b200,$(NEW_RUN_ID),$(ARM))
-
-eval-gsm8k: setup ## GSM8K (kdakit eval gsm8k) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
+eval-gsm8k: setup ## GSM8K (kdakit eval gsm8k) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=<every SKU group>
 	$(call kdakit_playbook,eval-gsm8k,$(HOSTS),$(LAST_RUN_ID),$(ARM))
 
-bench: setup ## Serving benchmark (kdakit bench serving) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200 BENCH_PROTOCOL=
+bench: setup ## Serving benchmark (kdakit bench serving) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=<every SKU group> BENCH_PROTOCOL=
 	$(call kdakit_playbook,bench,$(HOSTS),$(LAST_RUN_ID),$(ARM)) $(kdakit_bench_protocol_arg)
 
 collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to results/<run-id>/<host>/. Vars: INVENTORY= ARM=helion RUN_ID=<last>
 	$(call kdakit_playbook,collect,$(HOSTS),$(LAST_RUN_ID),$(ARM))
 
-teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=h200:b200
+teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=<every SKU group>
 	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
 
-ab-h200: setup ## Preflight, then A/B on the H200 hosts: triton arm then helion arm (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion" BENCH_PROTOCOL=
-	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,h200,--gate --arms $(words $(ARMS))))
-	@$(call kdakit_ab,h200)
-
-ab-b200: setup ## Preflight, then A/B on the B200 hosts: triton arm then helion arm (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion" BENCH_PROTOCOL=
-	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,b200,--gate --arms $(words $(ARMS))))
-	@$(call kdakit_ab,b200)
+ab-%: setup ## Preflight, then A/B on the hosts of SKU % (ab-h200, ...): the ARMS in turn (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS=<arms.toml ab> BENCH_PROTOCOL=
+	@$(call kdakit_known_sku,$*)$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,$*,--gate --arms $(words $(ARMS))))
+	@$(call kdakit_ab,$*)
 
 lint-playbooks: setup ## yamllint, ansible-lint --offline and a syntax check of every playbook
 	$(VENV)/bin/yamllint -s -c playbooks/.yamllint playbooks

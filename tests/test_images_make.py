@@ -46,7 +46,10 @@ def test_make_image_passes_the_pins_and_refuses_an_unknown_sku():
     assert f"--build-arg TORCH_VERSION={pins.package('torch')}" in dry.stdout
     assert "--build-arg BASE_IMAGE=example/base:1 --build-arg SKU=b200" in dry.stdout
     bad = make("image", "SKU=a100", "DOCKER=false")
-    assert bad.returncode != 0 and "SKU must be h200 or b200" in bad.stderr
+    assert (
+        bad.returncode != 0
+        and "SKU must be one of b200 h200 (kdakit/facts/profiles/), not 'a100'" in bad.stderr
+    )
 
 
 def test_load_and_push_refuse_missing_input(tmp_path):

@@ -92,8 +92,12 @@ def test_pins_prints_every_pin(capsys):
 
 
 def _parses_pins(text: str) -> bool:
-    """Whether a file's text reads pins.toml itself (a TOML parser and the file's name in one file)."""
-    return "pins.toml" in text and any(w in text for w in ("tomllib", "import toml", "tomli"))
+    """Whether a file's text reads pins.toml itself: its name in a file that imports a TOML parser, or on
+    one line with a file lookup, a regex or a text tool (Ansible, Make and shell readers of its own)."""
+    if "pins.toml" in text and any(w in text for w in ("import tomllib", "import toml", "tomli")):
+        return True
+    readers = ("tomllib", "lookup(", "regex", "re.search", "grep ", "sed ", "awk ", "open(")
+    return any("pins.toml" in line and any(w in line for w in readers) for line in text.splitlines())
 
 
 def test_kdakit_pins_is_the_only_reader_of_pins_toml():
@@ -101,13 +105,18 @@ def test_kdakit_pins_is_the_only_reader_of_pins_toml():
     code = [
         f
         for f in files.split()
-        if f.endswith((".py", ".mk", "Makefile", ".sh")) and not f.startswith("tests/")
+        if f.endswith((".py", ".mk", "Makefile", ".sh", ".yml", ".yaml", ".j2"))
+        and not f.startswith("tests/")
     ]
     readers = [f for f in code if _parses_pins((ROOT / f).read_text())]
     assert readers == ["kdakit/facts/pins.py"]
     assert _parses_pins(
         """pin = $(shell python3 -c 'import tomllib;print(tomllib.load(open("pins.toml","rb")))')"""
     )
+    planted = (
+        "kdakit_min_driver: \"{{ lookup('file', '../pins.toml') | regex_search('min_driver = (\\d+)') }}\""
+    )
+    assert _parses_pins(planted)  # the preflight role's former reader, a regex over the file
 
 
 def test_the_reader_runs_as_a_script_without_kdakit_for_make_and_images():

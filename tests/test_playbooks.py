@@ -71,11 +71,12 @@ def test_syntax_check(step):
 
 
 def test_every_role_variable_is_documented():
-    """Each kdakit_* variable a role's tasks read is defined in some role's defaults/main.yml."""
+    """Each kdakit_* variable a role's tasks read is defined in some role's defaults/main.yml or, for the
+    site's deployment facts, in group_vars/all.yml."""
     import re
 
     defined = set()
-    for defaults in PLAYBOOKS.glob("roles/*/defaults/main.yml"):
+    for defaults in [*PLAYBOOKS.glob("roles/*/defaults/main.yml"), PLAYBOOKS / "group_vars" / "all.yml"]:
         defined |= set(re.findall(r"^(kdakit_\w+):", defaults.read_text(), re.M))
     used = set()
     for tasks in list(PLAYBOOKS.glob("roles/*/tasks/*.yml")) + list(PLAYBOOKS.glob("tasks/*.yml")):
@@ -165,14 +166,12 @@ def test_playbooks_mk_targets_are_listed_by_make_help():
         ["make", "--no-print-directory", "help"], cwd=REPO, capture_output=True, text=True
     ).stdout
     for target in (
-        "deploy-h200",
-        "deploy-b200",
+        "deploy-%",
         "eval-gsm8k",
         "bench",
         "collect",
         "teardown",
-        "ab-h200",
-        "ab-b200",
+        "ab-%",
         "lint-playbooks",
     ):
         assert f"  {target} " in out, target

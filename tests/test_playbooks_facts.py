@@ -11,6 +11,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kdakit.launch import plan
@@ -75,15 +76,51 @@ def test_plan_and_playbooks_use_the_same_port(tmp_path):
     assert f"PORT={port} URL=http://127.0.0.1:{port}" in proc.stdout
 
 
-def test_sku_group_vars_hold_only_what_differs():
-    shared = yaml.safe_load((PLAYBOOKS / "group_vars" / "all.yml").read_text())
-    per_sku = {p.stem: yaml.safe_load(p.read_text()) for p in (PLAYBOOKS / "group_vars").glob("*.yml")}
-    per_sku.pop("all")
-    assert sorted(per_sku) == ["b200", "h200"]
-    for sku, facts in per_sku.items():
-        assert facts["kdakit_sku"] == sku
-        assert not set(facts) & set(shared), f"{sku}.yml repeats group_vars/all.yml"
-    keys = [set(f) for f in per_sku.values()]
-    for key in set.intersection(*keys):
-        values = {repr(f[key]) for f in per_sku.values()}
-        assert len(values) > 1, f"{key} is the same in every SKU file: it belongs in group_vars/all.yml"
+def fact_copies(playbooks: Path = PLAYBOOKS) -> list[str]:
+    """Variables declared in more than one of group_vars/*.yml and the roles' defaults, and any group_vars
+    file per SKU: each fact has one place (the site's in group_vars/all.yml, the rest in a role's defaults,
+    what differs per SKU in the SKU registry)."""
+    places: dict[str, list[str]] = {}
+    group_vars = sorted(playbooks.glob("group_vars/*.yml"))
+    for path in [*group_vars, *sorted(playbooks.glob("roles/*/defaults/main.yml"))]:
+        for key in yaml.safe_load(path.read_text()) or {}:
+            places.setdefault(key, []).append(str(path.relative_to(playbooks)))
+    copies = [f"{key}: {', '.join(where)}" for key, where in places.items() if len(where) > 1]
+    copies += [f"{p.relative_to(playbooks)}: per-SKU facts live in the SKU registry" for p in group_vars
+               if p.name != "all.yml"]  # fmt: skip
+    return sorted(copies)
+
+
+def test_each_deployment_fact_is_declared_once():
+    assert fact_copies() == []
+
+
+def _copy_of_the_vars(tmp_path: Path) -> Path:
+    root = tmp_path / "playbooks"
+    for path in [*PLAYBOOKS.glob("group_vars/*.yml"), *PLAYBOOKS.glob("roles/*/defaults/main.yml")]:
+        target = root / path.relative_to(PLAYBOOKS)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(path.read_text())
+    return root
+
+
+@pytest.mark.parametrize(
+    ("file", "line"),
+    [
+        ("roles/common/defaults/main.yml", "kdakit_image: kdakit:latest"),
+        ("roles/common/defaults/main.yml", "kdakit_model_path: /data/models/GLM-5.3-Flash"),
+        ("roles/common/defaults/main.yml", "kdakit_host_results_root: /var/lib/kdakit/results"),
+        ("roles/image/defaults/main.yml", "kdakit_image_tarball: out/kdakit-h200.tar.zst"),
+        ("roles/server/defaults/main.yml", "kdakit_server_set: []"),
+        ("roles/server/defaults/main.yml", "kdakit_hf_cache: ''"),
+        ("group_vars/all.yml", "kdakit_expect_gpu_count: 4"),
+        ("group_vars/all.yml", "kdakit_sku: h200"),
+        ("group_vars/h200.yml", "kdakit_expect_gpu_model: H200"),
+    ],
+)
+def test_a_fact_declared_again_is_caught(tmp_path, file, line):
+    root = _copy_of_the_vars(tmp_path)
+    assert fact_copies(root) == []
+    path = root / file
+    path.write_text((path.read_text() if path.exists() else "---\n") + line + "\n")
+    assert fact_copies(root)

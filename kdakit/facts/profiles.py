@@ -1,15 +1,26 @@
-"""Launch profiles and arms, read from the TOML files in kdakit/facts/profiles/ (their only definition)."""
+"""Launch profiles, the SKU registry and the arms, read from the TOML files in kdakit/facts/profiles/ (their
+only definition).
+
+The SKU registry is one file per SKU (`<sku>.toml`: the GPU it runs on, its launch rows, its tuned-configs
+folder); Make, the playbooks, preflight, the report and autotune take the SKU set from here. Its import
+needs only the standard library, so Make runs it before kdakit is installed:
+`python3 -m kdakit.facts.profiles names`.
+KDAKIT_PROFILES_DIR points it at another folder of profiles (a test's extra SKU).
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 
 from kdakit.facts.errors import UsageError
 
-PROFILES_DIR = Path(__file__).parent / "profiles"
+PROFILES_ENV = "KDAKIT_PROFILES_DIR"
+PROFILES_DIR = Path(os.environ.get(PROFILES_ENV) or Path(__file__).parent / "profiles")
 KDA_BACKEND_FLAGS = (
     "--linear-attn-prefill-backend",
     "--linear-attn-decode-backend",
@@ -18,17 +29,84 @@ KDA_BACKEND_FLAGS = (
 
 
 def _read(name: str) -> dict:
-    with open(PROFILES_DIR / f"{name}.toml", "rb") as f:
-        return tomllib.load(f)
+    path = PROFILES_DIR / f"{name}.toml"
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"no profile {name!r}: {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: not valid TOML: {e}") from None
 
 
 @cache
-def arms() -> dict[str, dict]:
+def _arms_file(folder: Path) -> dict:
     return _read("arms")
+
+
+def arms() -> dict[str, dict]:
+    """Every arm (a table of arms.toml) by name."""
+    return {name: value for name, value in _arms_file(PROFILES_DIR).items() if isinstance(value, dict)}
+
+
+def ab_arms() -> tuple[str, str]:
+    """The pair an A/B compares, baseline first (arms.toml's `ab`)."""
+    pair = tuple(_arms_file(PROFILES_DIR)["ab"])
+    unknown = [a for a in pair if a not in arms()]
+    if len(pair) != 2 or unknown:
+        raise UsageError(f"{PROFILES_DIR / 'arms.toml'}: `ab` must name two of its arms, not {list(pair)}")
+    return pair
+
+
+@dataclass(frozen=True)
+class Sku:
+    """One SKU of the registry: the GPU it runs on, its launch rows and its tuned kernel configs."""
+
+    name: str
+    profile: str  # the model profile it launches (<profile>.toml)
+    gpu_model: str  # the GPU's name as nvidia-smi prints it; preflight wants every GPU's name to contain it
+    gpu_count: int
+    configs: str  # kernels/configs/<configs>/: the tuned kernel configs for this GPU
+    default: bool = False  # the SKU Make uses when SKU= is not given
+    flags: dict = field(default_factory=dict)
 
 
 def skus() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.toml") if p.stem != "arms" and "sku" in _read(p.stem))
+
+
+def sku(name: str) -> Sku:
+    if name not in skus():
+        raise UsageError(f"unknown SKU {name!r}; known: {', '.join(skus())}")
+    data = _read(name)
+    if data["sku"] != name:
+        path = PROFILES_DIR / f"{name}.toml"
+        raise UsageError(f"{path}: says sku {data['sku']!r}, its file name says {name!r}")
+    return Sku(
+        name=name,
+        profile=data["profile"],
+        gpu_model=data["gpu_model"],
+        gpu_count=data["gpu_count"],
+        configs=data["configs"],
+        default=data.get("default", False),
+        flags=dict(data.get("flags", {})),
+    )
+
+
+def default_sku() -> str:
+    marked = [name for name in skus() if sku(name).default]
+    if len(marked) != 1:
+        raise UsageError(f"{PROFILES_DIR}: exactly one SKU file must say `default = true` (found {marked})")
+    return marked[0]
+
+
+def sku_of_gpu(gpu_name: str) -> Sku | None:
+    """The registered SKU whose GPU is exactly this one ('NVIDIA H200' -> h200), None for any other GPU."""
+    for name in skus():
+        entry = sku(name)
+        if entry.gpu_model.lower() == gpu_name.strip().lower():
+            return entry
+    return None
 
 
 @dataclass
@@ -45,26 +123,75 @@ class Profile:
     env: dict[str, str] = field(default_factory=dict)
 
 
-def load(sku: str, arm: str) -> Profile:
-    if sku not in skus():
-        raise UsageError(f"unknown SKU {sku!r}; known: {', '.join(skus())}")
+def load(sku_name: str, arm: str) -> Profile:
+    entry = sku(sku_name)
     if arm not in arms():
         raise UsageError(f"unknown arm {arm!r}; known: {', '.join(arms())}")
-    sku_data = _read(sku)
-    model = _read(sku_data["profile"])
+    model = _read(entry.profile)
     arm_data = arms()[arm]
-    flags = {**model["flags"], **sku_data["flags"]}
+    flags = {**model["flags"], **entry.flags}
     flags.update({flag: arm_data["kda_backend"] for flag in KDA_BACKEND_FLAGS})
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(sku_data["gpu_count"]))}
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(entry.gpu_count))}
     env.update(model.get("env", {}))
     env.update(arm_data.get("env", {}))
     return Profile(
-        sku=sku,
+        sku=sku_name,
         arm=arm,
         model=model["model"]["name"],
-        gpu_model=sku_data["gpu_model"],
-        gpu_count=sku_data["gpu_count"],
+        gpu_model=entry.gpu_model,
+        gpu_count=entry.gpu_count,
         deploy=dict(model["deploy"]),
         flags=flags,
         env=env,
     )
+
+
+def _run(args) -> int:
+    if args.what == "names":
+        print(" ".join(skus()))
+    elif args.what == "default":
+        print(default_sku())
+    elif args.what == "ab":
+        print(" ".join(ab_arms()))
+    elif args.what == "show":
+        if not args.sku:
+            raise UsageError("kdakit skus show: name the SKU (kdakit skus show h200)")
+        entry = asdict(sku(args.sku))
+        del entry["flags"]
+        print(json.dumps(entry, sort_keys=True))
+    else:
+        for name in skus():
+            entry = sku(name)
+            mark = " (default)" if entry.default else ""
+            print(f"{name:10} {entry.gpu_count} x {entry.gpu_model:16} configs/{entry.configs}/{mark}")
+    return 0
+
+
+def add_arguments(p) -> None:
+    p.add_argument(
+        "what",
+        nargs="?",
+        choices=["table", "names", "default", "ab", "show"],
+        default="table",
+        help="table (default); names: the SKU names; default: Make's SKU; ab: the A/B arms; "
+        "show SKU: one SKU as JSON",
+    )
+    p.add_argument("sku", nargs="?", help="for show: the SKU")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("skus", help="the SKU registry (kdakit/facts/profiles/<sku>.toml) and the A/B arms")
+    add_arguments(p)
+    p.set_defaults(func=_run)
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python3 -m kdakit.facts.profiles")
+    add_arguments(parser)
+    try:
+        sys.exit(_run(parser.parse_args()))
+    except UsageError as e:
+        sys.exit(f"kdakit skus: error: {e}")

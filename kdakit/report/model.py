@@ -6,13 +6,14 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kdakit.facts import profiles
 from kdakit.facts.errors import UsageError
 from kdakit.measure.context import canonical_sku
 from kdakit.records import results, stats
 
 PUBLISHED_FILE = Path(__file__).parent / "data" / "published.toml"
 PLOTS_DIR = "report-plots"
-ARMS = ("triton", "helion")
+ARMS = profiles.ab_arms()  # the A/B pair (arms.toml `ab`); the published tables name the same two columns
 PHASE_ORDER = {"prefill": 0, "decode": 1, "verify": 2}
 # Kernel rows may name a variant (kernels/bench.py: triton, triton-packed, helion-upstream, helion-kdakit...).
 # The PR compared SGLang's Triton kernel with SGLang's Helion kernel: those fill the main columns, in this

@@ -61,6 +61,7 @@ from kdakit.kernels.tuned import (
     TunedConfig,
 )
 
+from kdakit.facts import profiles
 from kdakit.facts.errors import UsageError
 
 HEAD_DIM = shapes.get("model", "head_dim")
@@ -656,7 +657,12 @@ def render(results: list[JobResult]) -> str:
 
 def run(args) -> int:
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", args.sku):
-        raise UsageError(f"--sku {args.sku!r}: a lower-case SKU name such as h200 or b200")
+        raise UsageError(
+            f"--sku {args.sku!r}: a SKU of the registry ({', '.join(profiles.skus())}) or, for another GPU, "
+            "the lower-case slug of its name"
+        )
+    if args.sku in profiles.skus():
+        args.sku = profiles.sku(args.sku).configs  # the SKU's configs folder
     kernels = parse_kernels(args.kernels)
     heads = parse_ints(args.heads, "heads")
     batches = parse_ints(args.batches, "batches", BATCH_BUCKETS)

@@ -95,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "bench's CUDA-graph timer; the faster config is written to OUT/SKU/KERNEL-BUCKET.json.",
         formatter_class=_DefaultsShown,
     )
-    tune.add_argument("--sku", required=True, help="the SKU of this GPU, e.g. h200 (checked against it)")
+    tune.add_argument("--sku", required=True, help="the SKU of this GPU (kdakit skus; checked against it)")
     tune.add_argument(
         "--kernels",
         default="decode,verify,prefill",

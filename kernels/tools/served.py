@@ -157,7 +157,7 @@ def run(args) -> dict:
     layer_rows, stack_rows = measure(
         arms, parse_cases(args.layer_cases), parse_cases(args.stack_cases), cfg, heads=args.heads
     )
-    chunk = int(profiles.load("h200", "triton").flags["--chunked-prefill-size"])
+    chunk = int(profiles.load(profiles.default_sku(), profiles.ab_arms()[0]).flags["--chunked-prefill-size"])
     return {
         "kind": KIND,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -116,7 +116,7 @@ def test_batch_zero_has_no_bucket():
         ("NVIDIA H200 NVL", "h200-nvl"),
         ("NVIDIA B200", "b200"),
         ("NVIDIA GB200", "gb200"),
-        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA H100 80GB HBM3", "h100-80gb-hbm3"),
         ("NVIDIA GeForce RTX 4090", "geforce-rtx-4090"),
     ],
 )
@@ -642,7 +642,7 @@ def test_autotune_refuses_without_a_gpu(capsys):
 
 def test_autotune_rejects_a_bad_sku_name(capsys):
     assert main(["kernels", "autotune", "--sku", "../h200"]) == 2
-    assert "lower-case SKU name" in capsys.readouterr().err
+    assert "a SKU of the registry (b200, h200)" in capsys.readouterr().err
 
 
 def test_autotune_dry_run_prints_the_plan_and_budget(capsys, tmp_path):
