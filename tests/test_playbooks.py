@@ -180,10 +180,13 @@ def test_playbooks_mk_targets_are_listed_by_make_help():
 @pytest.mark.parametrize("role", ["gsm8k", "bench"])
 def test_measuring_containers_see_the_gpus_for_telemetry(role):
     """The eval and bench containers sample nvidia-smi every second; without the driver's utility
-    capability they would record "no telemetry" on every real host."""
+    capability they would record "no telemetry" on every real host. Both roles run common's measure.yml."""
     import yaml
 
-    tasks = yaml.safe_load((PLAYBOOKS / "roles" / role / "tasks" / "main.yml").read_text())
+    (include,) = yaml.safe_load((PLAYBOOKS / "roles" / role / "tasks" / "main.yml").read_text())
+    assert include["ansible.builtin.include_role"] == {"name": "common", "tasks_from": "measure"}
+    assert include["vars"]["kdakit_measure_name"] == role
+    tasks = yaml.safe_load((PLAYBOOKS / "roles" / "common" / "tasks" / "measure.yml").read_text())
     runs = [
         t["community.docker.docker_container"]
         for t in tasks
@@ -193,3 +196,86 @@ def test_measuring_containers_see_the_gpus_for_telemetry(role):
     for run in runs:
         requests = run.get("device_requests", "")
         assert "'utility'" in requests and "kdakit_use_gpus" in requests, run
+
+
+BECOME = "{{ kdakit_become | bool }}"
+# Modules that write on the host or use its Docker engine: each such task escalates through kdakit_become.
+WRITING_MODULES = ("file", "copy", "script", "shell", "command", "slurp", "stat", "find", "fetch")
+HOST_WRITERS = (*(f"ansible.builtin.{m}" for m in WRITING_MODULES), "community.docker.")
+
+
+def become_problems(playbooks: Path = PLAYBOOKS) -> list[str]:
+    """Escalation on anything but the tasks that write system paths, or such a task without it."""
+    import yaml
+
+    problems = []
+
+    def walk(tasks, where, inherited=None):
+        for task in tasks or []:
+            become = task.get("become", inherited)
+            name = f"{where}: {task.get('name')}"
+            for key, value in task.items():
+                if (
+                    key.endswith(("_tasks", "_role"))
+                    and isinstance(value, dict)
+                    and "become" in value.get("apply", {})
+                ):
+                    problems.append(f"{name}: applies become to everything it includes")
+            if "block" in task:
+                for part in ("block", "rescue", "always"):
+                    walk(task.get(part), where, become)
+                continue
+            writes = any(k.startswith(HOST_WRITERS) for k in task) and task.get("delegate_to") != "localhost"
+            if writes and become != BECOME:
+                problems.append(f"{name}: writes on the host without become: kdakit_become")
+            if not writes and task.get("become", False) is not False:
+                problems.append(f"{name}: escalates but writes nothing on the host")
+
+    for path in sorted([*playbooks.glob("roles/*/tasks/*.yml"), *playbooks.glob("tasks/*.yml")]):
+        walk(yaml.safe_load(path.read_text()), path.relative_to(playbooks))
+    for path in sorted(playbooks.glob("*.yml")):
+        for play in yaml.safe_load(path.read_text()) or []:
+            if "become" in play:
+                problems.append(f"{path.relative_to(playbooks)}: become on a whole play")
+            walk(play.get("tasks"), path.relative_to(playbooks))
+    for path in sorted(playbooks.glob("inventories/**/*.yml")):
+        if "ansible_become" in path.read_text():
+            problems.append(
+                f"{path.relative_to(playbooks)}: sets ansible_become (kdakit_become is the switch)"
+            )
+    return problems
+
+
+def test_become_only_on_the_tasks_that_write_system_paths():
+    assert become_problems() == []
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new"),
+    [
+        (
+            "tasks/step.yml",
+            "        tasks_from: \"{{ kdakit_role.tasks_from | default('main') }}\"\n",
+            "        tasks_from: \"{{ kdakit_role.tasks_from | default('main') }}\"\n        apply:\n"
+            '          become: "{{ kdakit_become | bool }}"\n',
+        ),
+        (
+            "inventories/examples/h200.yml",
+            "    ansible_user: ops\n",
+            "    ansible_user: ops\n    ansible_become: true\n",
+        ),
+        ("roles/teardown/tasks/main.yml", '  become: "{{ kdakit_become | bool }}"\n', ""),
+        (
+            "roles/common/tasks/measure.yml",
+            "  register: kdakit_measure_health\n",
+            '  register: kdakit_measure_health\n  become: "{{ kdakit_become | bool }}"\n',
+        ),
+    ],
+)
+def test_become_in_the_wrong_place_is_caught(tmp_path, file, old, new):
+    root = tmp_path / "playbooks"
+    shutil.copytree(PLAYBOOKS, root, ignore=shutil.ignore_patterns("*.retry"))
+    path = root / file
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new, 1))
+    assert become_problems(root)
