@@ -49,6 +49,22 @@ points = [{points}]
 """
 
 
+def bench_against_a_fake_server(tmp_path, client, protocols, host, *server_args) -> tuple[int, str]:
+    """`kdakit bench serving` (arm triton, protocol tiny, the client script `client`) against a fake server
+    started for it with `server_args`: its exit code and the server's URL."""
+    proc, url = fake.start_background(*server_args)
+    try:
+        code = cli.main(
+            ["bench", "serving", "--base-url", url, "--protocol", "tiny", "--protocols", str(protocols),
+             "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o"), "--arm", "triton", "--host", host,
+             "--client-cmd", f"{sys.executable} {client}"]
+        )  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return code, url
+
+
 def write_protocols(folder: Path, points: list[str], runs: int, warmup: bool, extra: str = "") -> Path:
     path = folder / "protocols.toml"
     text = ONE_POINT.format(runs=runs, warmup=str(warmup).lower(), points=", ".join(points), extra=extra)
@@ -263,17 +279,8 @@ def test_hung_point_stops_the_bench_within_its_limit_keeps_earlier_points_and_ht
          "{ input_len = 64, output_len = 8, concurrency = 16, num_prompts = 16 }"],
         runs=1, warmup=False, extra="request_timeout_s = 2",
     )  # fmt: skip
-    proc, url = fake.start_background()
     started = time.monotonic()
-    try:
-        code = cli.main(
-            ["bench", "serving", "--base-url", url, "--protocol", "tiny", "--protocols", str(protocols),
-             "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o"), "--arm", "triton", "--host", "h7",
-             "--client-cmd", f"{sys.executable} {client}"]
-        )  # fmt: skip
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    code, url = bench_against_a_fake_server(tmp_path, client, protocols, "h7")
     assert code == 1 and time.monotonic() - started < 30  # the hung client sleeps 120 s
     record = results.read_result(tmp_path / "o" / "triton-tiny.result.json")
     p1, p2, p3, p4 = record["metrics"]["points"]
@@ -381,16 +388,7 @@ def test_a_foreign_request_during_a_measured_run_fails_the_point_with_one_line(r
     protocols = write_protocols(
         tmp_path, ["{ input_len = 4096, output_len = 1024, concurrency = 16, num_prompts = 6 }"], 3, False
     )
-    proc, url = fake.start_background("--enable-metrics")
-    try:
-        code = cli.main(
-            ["bench", "serving", "--base-url", url, "--protocol", "tiny", "--protocols", str(protocols),
-             "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o"), "--arm", "triton", "--host", "h1",
-             "--client-cmd", f"{sys.executable} {client}"]
-        )  # fmt: skip
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    code, _ = bench_against_a_fake_server(tmp_path, client, protocols, "h1", "--enable-metrics")
     assert code == 1
     line = "h1: 4096/1024 C16 run 2: 3 requests not sent by the kit reached the server during the run"
     record = results.read_result(tmp_path / "o" / "triton-tiny.result.json")

@@ -30,6 +30,9 @@ UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 @dataclass(frozen=True)
 class Point:
+    """One message size of the sweep: its time per all-reduce, bandwidths (nccl-tests' definitions), and
+    whether every rank got the exact sum."""
+
     size_bytes: int
     time_us: float
     algbw_gbps: float

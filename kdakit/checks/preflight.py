@@ -43,6 +43,14 @@ class Gpu:
     memory_total_mib: float
 
 
+def _number(text: str) -> float:
+    text = text.replace("MiB", "").strip()
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")  # "[N/A]" on some boards; treated as unknown, never as idle
+
+
 def parse_gpus(csv_text: str) -> list[Gpu]:
     """Rows of `nvidia-smi --query-gpu=<GPU_QUERY> --format=csv,noheader,nounits`."""
     gpus = []
@@ -55,14 +63,6 @@ def parse_gpus(csv_text: str) -> list[Gpu]:
         index, name, driver, used, total = parts
         gpus.append(Gpu(int(index), name, driver, _number(used), _number(total)))
     return gpus
-
-
-def _number(text: str) -> float:
-    text = text.replace("MiB", "").strip()
-    try:
-        return float(text)
-    except ValueError:
-        return float("nan")  # "[N/A]" on some boards; treated as unknown, never as idle
 
 
 def check_python(version: tuple[int, int], has_requests: bool) -> list[Verdict]:

@@ -77,10 +77,11 @@ def holder_gone(holder: dict, here: dict, max_age_h: float, at: float | None = N
 
 
 @contextmanager
-def _serialised(path: Path):
-    """Two takers on one host, one after the other (the check and the write are one step)."""
+def serialised(path: Path, suffix: str = ".flock"):
+    """Whoever works on `path` (two lock takers on one host; two builders of one test cache entry), one
+    after the other: an exclusive flock on the file beside it named `path` + `suffix`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".flock"), "w") as f:
+    with open(path.with_name(path.name + suffix), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
@@ -104,7 +105,7 @@ def _write(path: Path, data: dict) -> None:
 def take(path: Path, me: dict, replace: dict | None = None) -> tuple[int, dict | None]:
     """(0, None) when taken; (0, the run's own lock as it was) when this run already held it (refreshed);
     (BUSY, holder) when another run holds it (and is not the replace'd holder)."""
-    with _serialised(path):
+    with serialised(path):
         held = _read(path)
         ours = held is not None and held.get("run_id") == me["run_id"]
         stale = held is not None and replace is not None and held == replace
@@ -118,7 +119,7 @@ def take(path: Path, me: dict, replace: dict | None = None) -> tuple[int, dict |
 
 def release(path: Path, run_id: str) -> bool:
     """Remove the lock when this run holds it; False (and nothing done) when another run does."""
-    with _serialised(path):
+    with serialised(path):
         held = _read(path)
         if held and held.get("run_id") != run_id:
             return False

@@ -146,12 +146,13 @@ def _run(args) -> int:
         SNAPSHOT.write_text(text)
         print(f"wrote {SNAPSHOT} ({len(data['options'])} options)")
         return 0
-    current = SNAPSHOT.read_text() if SNAPSHOT.exists() else ""
-    if current != text:
-        print(f"{SNAPSHOT} differs from sglang {data['sglang_version']}'s parser: run `make sglang-args`")
-        return 1
-    print(f"{SNAPSHOT.name} matches sglang {data['sglang_version']} ({len(data['options'])} options)")
-    return 0
+    same = SNAPSHOT.exists() and SNAPSHOT.read_text() == text
+    print(
+        f"{SNAPSHOT.name} matches sglang {data['sglang_version']} ({len(data['options'])} options)"
+        if same
+        else f"{SNAPSHOT} differs from sglang {data['sglang_version']}'s parser: run `make sglang-args`"
+    )
+    return 0 if same else 1
 
 
 def register(sub) -> None:

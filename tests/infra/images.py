@@ -16,7 +16,6 @@ works from nothing.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -24,10 +23,10 @@ import shutil
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from kdakit.launch.hostlock import serialised
 from tests.infra import dockerd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,13 +61,9 @@ def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:16]
 
 
-@contextmanager
 def _locked(path: Path):
     """Serialise builders of one cache entry (two test runs on one machine)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    return serialised(path, suffix=".lock")
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
