@@ -238,6 +238,8 @@ def validate_decode_inputs(mixed_qkv, a, b, A_log, dt_bias, initial_state, out, 
     return B, H, HV, K, V
 
 
+# Contract mirror: SGLang's decode contract, by name; `_packed_decode` takes the same tensors positionally
+# and keeps its own signature (its source is hashed into every tuned config).
 def helion_fused_recurrent_kda_packed_decode(
     mixed_qkv: torch.Tensor,
     a: torch.Tensor,

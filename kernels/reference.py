@@ -113,6 +113,8 @@ def split_mixed_qkv(mixed_qkv: torch.Tensor, H: int, HV: int, K: int, V: int):
     return q, k, v
 
 
+# Contract mirror: the same parameters as kdakit.kernels.decode's helion_fused_recurrent_kda_packed_decode
+# (SGLang's decode contract), so a test hands both one set of inputs.
 def packed_decode_reference(
     mixed_qkv: torch.Tensor,
     a: torch.Tensor,
@@ -150,6 +152,8 @@ def packed_decode_reference(
     return out, pool
 
 
+# Contract mirror: the same parameters as kdakit.kernels.verify's helion_kda_verify (SGLang's verify
+# contract), so a test hands both one set of inputs.
 def verify_reference(
     q: torch.Tensor,
     k: torch.Tensor,

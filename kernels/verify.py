@@ -248,6 +248,8 @@ def _new_output(v: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(v)
 
 
+# Contract mirror: SGLang's verify contract, by keyword; `_verify` takes the same tensors positionally and
+# keeps its own signature (its source is hashed into every tuned config).
 def helion_kda_verify(
     *,
     q: torch.Tensor,
