@@ -159,3 +159,48 @@ def test_a_sku_spelled_back_is_caught(tmp_path, path, text):
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text)
     assert len(sku_spellings(tmp_path, ["b200", "h200"])) == 1
+
+
+# ---- the A/B pair is arms.toml's `ab`, not a copy in Make or the report
+
+
+def ab_spellings(root: Path = REPO, pair: tuple[str, str] | None = None) -> list[str]:
+    """Make lines (outside comments) that list the A/B arms, and report modules that spell the pair."""
+    first, second = pair or profiles.ab_arms()
+    listed = re.compile(rf"\b{re.escape(first)}[\s,]+{re.escape(second)}\b")
+    found = []
+    for path in sorted([root / "Makefile", *root.glob("*/*.mk")]):
+        if path.exists():
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if not line.lstrip().startswith("#") and listed.search(
+                    line.split(" ## ", 1)[0].split(" #", 1)[0]
+                ):
+                    found.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    for path in sorted((root / "kdakit" / "report").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Tuple | ast.List) and [getattr(e, "value", None) for e in node.elts] == [
+                first,
+                second,
+            ]:
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_make_and_the_report_take_the_ab_pair_from_arms_toml():
+    assert ab_spellings() == []
+    dry = _make("-n", "ab-h200", "RUN_ID=r", "PREFLIGHT_DONE=1", env=dict(os.environ))
+    assert "for arm in triton helion;" in dry.stdout, dry.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        ("playbooks/playbooks.mk", "ARMS ?= triton helion\n"),
+        ("kdakit/report/model.py", 'ARMS = ("triton", "helion")\n'),
+    ],
+)
+def test_an_ab_pair_spelled_back_is_caught(tmp_path, path, text):
+    target = tmp_path / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+    assert len(ab_spellings(tmp_path, ("triton", "helion"))) == 1
