@@ -145,6 +145,13 @@ def test_no_file_but_the_registry_spells_a_sku():
     assert sku_spellings() == []
 
 
+def planted(root: Path, path: str, text: str) -> Path:
+    """A tree under `root` holding only `path` with `text` (a copy planted back)."""
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_text(text)
+    return root
+
+
 @pytest.mark.parametrize(
     ("path", "text"),
     [
@@ -155,10 +162,7 @@ def test_no_file_but_the_registry_spells_a_sku():
     ],
 )
 def test_a_sku_spelled_back_is_caught(tmp_path, path, text):
-    target = tmp_path / path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
-    assert len(sku_spellings(tmp_path, ["b200", "h200"])) == 1
+    assert len(sku_spellings(planted(tmp_path, path, text), ["b200", "h200"])) == 1
 
 
 # ---- the A/B pair is arms.toml's `ab`, not a copy in Make or the report
@@ -200,7 +204,4 @@ def test_make_and_the_report_take_the_ab_pair_from_arms_toml():
     ],
 )
 def test_an_ab_pair_spelled_back_is_caught(tmp_path, path, text):
-    target = tmp_path / path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text)
-    assert len(ab_spellings(tmp_path, ("triton", "helion"))) == 1
+    assert len(ab_spellings(planted(tmp_path, path, text), ("triton", "helion"))) == 1
