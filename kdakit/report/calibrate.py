@@ -1,4 +1,4 @@
-"""`kdakit report calibrate`: the serving verdict engine's error rates and power, by simulation.
+"""`python -m kdakit.report.calibrate`: the serving verdict engine's error rates and power, by simulation.
 
 Thousands of synthetic A/B experiments per case, at each serving protocol's visits (`repeats` in
 bench/protocols.toml), go through the report's own verdict function (kdakit.records.stats.judge_visits)
@@ -10,6 +10,8 @@ evals/README.md carries this table as printed (tests/test_calibration.py checks 
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 
 from kdakit.records import stats
@@ -19,7 +21,7 @@ RATIOS = (1.00, 0.99, 0.95, 1.05)
 FAIL_RATE = 0.10
 EXPERIMENTS = 4000
 SEED = 25
-README_START = "<!-- calibration table: kdakit report calibrate -->"
+README_START = "<!-- calibration table: python -m kdakit.report.calibrate -->"
 README_END = "<!-- end of calibration table -->"
 
 
@@ -62,13 +64,12 @@ def markdown(rows: list[dict], experiments: int = EXPERIMENTS) -> str:
         f"each visit fails with probability {FAIL_RATE:.0%}; noise: per visit and arm. "
         f'Identical arms (ratio 1.00): a wrong verdict is "outside {b}" or "different but inside {b}".',
         "",
-        "| protocol | visits | noise | true ratio | within | different but inside | outside | cannot tell |",
-        "|---|---|---|---|---|---|---|---|",
+        "| protocol | visits | noise | true ratio | within | different but inside | outside | cannot tell "
+        "| no data |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        cells = [
-            f"{100 * r[k]:.1f} %" for k in (stats.WITHIN, stats.INSIDE, stats.OUTSIDE, stats.CANNOT_TELL)
-        ]
+        cells = [f"{100 * r[k]:.1f} %" for k in stats.KINDS]
         lines.append(f"| {r['protocol']} | {r['visits']} | {100 * r['noise']:g} % | {r['ratio']:.2f} | "
                      + " | ".join(cells) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
@@ -80,18 +81,19 @@ def readme_section(text: str) -> str:
     return text[start:end].strip("\n") + "\n"
 
 
-def _cmd(args) -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kdakit.report.calibrate", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--experiments", type=int, default=EXPERIMENTS)
+    parser.add_argument("--timing", action="store_true", help="add the time it took (stderr)")
+    args = parser.parse_args(argv)
     started = time.monotonic()
     print(markdown(table(experiments=args.experiments), args.experiments), end="")
     if args.timing:
-        print(f"({time.monotonic() - started:.1f} s)")
+        print(f"({time.monotonic() - started:.1f} s)", file=sys.stderr)
     return 0
 
 
-def register(report_parser_subcommands) -> None:
-    p = report_parser_subcommands.add_parser(
-        "calibrate", help="the verdict engine's error rates and power by simulation (evals/README.md's table)"
-    )
-    p.add_argument("--experiments", type=int, default=EXPERIMENTS)
-    p.add_argument("--timing", action="store_true", help="add the time it took")
-    p.set_defaults(func=_cmd)
+if __name__ == "__main__":
+    sys.exit(main())
