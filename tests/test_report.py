@@ -454,3 +454,25 @@ def test_verdict_styling_follows_meaning():
     assert report_render.cell_class("different but inside ±1 %") == "inside"
     assert report_render.cell_class("within ±1 %") == "holds"
     assert report_render.cell_class("cannot tell at this noise: 3 more visits would settle it") == "missing"
+
+
+def test_band_and_points_come_from_the_protocols_file_the_runs_used(tmp_path):
+    used = {"source_file": "/site/protocols.toml", "band_pct": 3.0, "repeats": 5, "runs": 2,
+            "points": [{"input_len": 4096, "output_len": 1024, "concurrency": 1, "num_prompts": 8},
+                       {"input_len": 999, "output_len": 9, "concurrency": 3, "num_prompts": 6}]}  # fmt: skip
+    root = tmp_path / "results"
+    for k in range(5):
+        for arm, value in (("triton", 1000.0 + k), ("helion", 1020.0 + k)):
+            point = _point(4096, 1024, 1, 8, [value, value])
+            metrics = {"dataset": "random-ids", "runs_per_point": 2, "repeat_index": k + 1,
+                       "protocol_definition": used, "points": [point]}  # fmt: skip
+            created = f"2026-11-29T10:{2 * k + (arm == 'helion'):02d}:00+00:00"
+            record = _record("serving", arm, metrics, created, protocol="rigorous")
+            results.write_result(root / "r1" / "h1" / "serving" / f"{arm}-{k}.result.json", record)
+    rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
+    by_key = {r["key"]: r for r in rows}
+    assert set(by_key) == {(4096, 1024, 1), (999, 9, 3)}  # the file's points, not the built-in six
+    assert by_key[(4096, 1024, 1)]["band"] == 3.0
+    assert by_key[(4096, 1024, 1)]["verdict"] == "different but inside ±3 %"  # +2 %: inside ±3 %, not ±1 %
+    md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
+    assert "Protocol rigorous as the runs used it (/site/protocols.toml): band ±3 %, 2 points." in md
