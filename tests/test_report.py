@@ -476,3 +476,20 @@ def test_band_and_points_come_from_the_protocols_file_the_runs_used(tmp_path):
     assert by_key[(4096, 1024, 1)]["verdict"] == "different but inside ±3 %"  # +2 %: inside ±3 %, not ±1 %
     md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert "Protocol rigorous as the runs used it (/site/protocols.toml): band ±3 %, 2 points." in md
+
+
+def test_failed_telemetry_is_reported_as_failed_not_healthy(tmp_path):
+    from kdakit.measure import telemetry
+
+    root = build_fixture_tree(tmp_path / "results")
+    path = root / "ab-1" / "h200-a" / "serving" / "helion-pr.result.json"
+    record = results.read_result(path)
+    record["metrics"]["telemetry"] = telemetry.summarize([], [], "nvidia-smi", None, 1.0,
+                                                         ["nvidia-smi exited 9: no driver"], 5, 5)  # fmt: skip
+    results.write_result(path, record)
+    md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
+    assert (
+        "| ab-1/h200-a/serving/helion-pr.result.json | failed | 0 | 0 | — | — | — | not observed: telemetry"
+        in md
+    )
+    assert "GPU telemetry warnings during measured runs: 1 (see GPU telemetry)." in md

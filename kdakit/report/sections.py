@@ -429,7 +429,8 @@ def telemetry_section(c: Collected, plots: bool) -> Section:
             path, tel["source"], str(tel["samples"]), str(len(gpus)),
             f"{min(sm):.0f}–{max(sm_hi):.0f}" if sm and sm_hi else "—",
             f"{max(power):.0f}" if power else "—", f"{max(temp):.0f}" if temp else "—",
-            f"{len(tel['warnings'])} warning(s)" if tel["warnings"] else "none",
+            "not observed: telemetry failed" if tel["source"] == "failed"
+            else f"{len(tel['warnings'])} warning(s)" if tel["warnings"] else "none",
         ])  # fmt: skip
         warned += [f"{path}: {w}" for w in tel["warnings"]]
         file = _telemetry_file(c, record) if plots else None
