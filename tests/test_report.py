@@ -484,8 +484,8 @@ def test_failed_telemetry_is_reported_as_failed_not_healthy(tmp_path):
     root = build_fixture_tree(tmp_path / "results")
     path = root / "ab-1" / "h200-a" / "serving" / "helion-pr.result.json"
     record = results.read_result(path)
-    record["metrics"]["telemetry"] = telemetry.summarize([], [], "nvidia-smi", None, 1.0,
-                                                         ["nvidia-smi exited 9: no driver"], 5, 5)  # fmt: skip
+    errors = ["nvidia-smi exited 9: no driver"]
+    record["metrics"]["telemetry"] = telemetry.summarize([], [], "nvidia-smi", None, 1.0, errors, 5, 5)
     results.write_result(path, record)
     md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert (
