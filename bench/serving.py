@@ -233,7 +233,8 @@ def protocol_definition(protocol: Protocol, path: Path) -> dict:
     """What the report needs of the protocol this run used (its band and points), kept in the record: the
     report must judge by the file the run was given, not by the built-in one."""
     return {
-        "source_file": str(path), "band_pct": protocol.band_pct, "repeats": protocol.repeats,
+        "source_file": "bench/protocols.toml (built in)" if Path(path) == PROTOCOLS_FILE else str(path),
+        "band_pct": protocol.band_pct, "repeats": protocol.repeats,
         "runs": protocol.runs, "points": [dict(vars(p)) for p in protocol.points],
     }  # fmt: skip
 

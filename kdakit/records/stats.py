@@ -324,7 +324,7 @@ def judge_one_visit(
     spread = max(ci.sd_log or 0.0, SPREAD_FLOOR_LOG) * math.sqrt(2)
     band_lo, band_hi = math.log(1 - band_pct / 100), math.log(1 + band_pct / 100)
     more = int(_more_visits(1, math.log(ci.ratio), spread, band_lo, band_hi).item())
-    why = "one visit per arm: its runs do not measure the noise between server starts"
+    why = "one visit per arm"
     return Judgement(CANNOT_TELL, band_words(CANNOT_TELL, band_pct, more, why), ci, more)
 
 

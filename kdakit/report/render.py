@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 
 from kdakit.report.model import PLOTS_DIR, Plot, Section, Table
 
@@ -31,8 +32,8 @@ def to_markdown(sections: list[Section], title: str) -> str:
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:80rem;padding:0 1rem;color:#222}
 table{border-collapse:collapse;margin:.5rem 0 1rem;font-size:.85rem;max-width:100%}
-th,td{border:1px solid #ccc;padding:.25rem .4rem;text-align:right;overflow-wrap:anywhere}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+th,td{border:1px solid #ccc;padding:.25rem .4rem;text-align:left;overflow-wrap:anywhere;vertical-align:top}
+th{background:#f3f3f3}td.num{text-align:right;white-space:nowrap}
 .holds{color:#17692c;font-weight:600}.inside{color:#1f4e9a;font-weight:600}
 .nothold{color:#b00020;font-weight:600}.missing{color:#777;font-style:italic}
 figure{margin:.5rem 0 1rem}img{max-width:100%;height:auto}"""
@@ -55,9 +56,12 @@ def cell_class(text: str) -> str | None:
     return None
 
 
+_NUMBER = re.compile(r"[-+]?\d[\d.,]*%?( [(\[][^ ]*[)\]])?|[-+]?\d[\d.]* \[[\d., ]+\]|\d+ / \d+.*")
+
+
 def _html_cell(text: str) -> str:
     t = html.escape(str(text))
-    css = cell_class(text)
+    css = cell_class(text) or ("num" if _NUMBER.fullmatch(str(text)) else None)
     return f'<td class="{css}">{t}</td>' if css else f"<td>{t}</td>"
 
 
