@@ -493,3 +493,29 @@ def test_failed_telemetry_is_reported_as_failed_not_healthy(tmp_path):
         in md
     )
     assert "GPU telemetry warnings during measured runs: 1 (see GPU telemetry)." in md
+
+
+def test_plots_show_every_series_on_a_scale_where_it_is_visible(tmp_path):
+    from matplotlib.container import ErrorbarContainer
+
+    from kdakit.report import plots
+
+    root = _rigorous_tree(tmp_path / "rigorous")
+    build_fixture_tree(tmp_path / "pr")
+    rows = report_model.serving_rows(report_model.collect(tmp_path / "pr"), report_model.load_published())
+    fig = plots.throughput_figure("t", rows)
+    measured, against = fig.axes
+    assert against.get_ylabel() == "measured / published"  # published numbers on their own axis
+    series = {c.get_label(): c.lines[0] for c in measured.containers if isinstance(c, ErrorbarContainer)}
+    triton, helion = series["triton 4096/1024"], series["helion 4096/1024"]
+    # the arms are drawn side by side (never one hidden under the other) with their own markers
+    assert all(t < h for t, h in zip(triton.get_xdata(), helion.get_xdata(), strict=True))
+    assert triton.get_marker() != helion.get_marker()
+    assert max(against.get_ylim()) < 1.5 and min(against.get_ylim()) > 0.5  # ratios near 1, not near zero
+    # every interval of the ratio plot (helion/triton and A/A) has its error bar
+    rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
+    fig = plots.ratio_figure("t", rows)
+    (ax,) = fig.axes
+    intervals = [ci for r in rows for ci in (r["ci"], r["aa"]) if ci is not None and ci.low is not None]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer) and c.has_yerr]
+    assert len(intervals) == 6 and len(bars) == len(intervals)

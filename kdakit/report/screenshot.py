@@ -10,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-WIDTH, HEIGHT = 1280, 1800
+WIDTH, HEIGHT = 1280, 3200
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
