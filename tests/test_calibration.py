@@ -29,13 +29,15 @@ def test_identical_arms_are_almost_never_called_different(rows):
     for r in ones:
         wrong = r[stats.OUTSIDE] + r[stats.INSIDE]
         assert wrong <= 0.05, f"{r['protocol']} at {r['noise']:.1%} noise: {wrong:.1%} called different"
+        claim = r["claim " + stats.DOES_NOT_HOLD]
+        assert claim <= 0.05, f"{r['protocol']} at {r['noise']:.1%} noise: claim does not hold in {claim:.1%}"
 
 
 def test_a_five_percent_difference_at_one_percent_noise_is_found_with_the_rigorous_visits(rows):
     visits = load_protocols()["rigorous"].repeats
     for ratio in (0.95, 1.05):
         (r,) = [r for r in rows if (r["protocol"], r["noise"], r["ratio"]) == ("rigorous", 0.01, ratio)]
-        assert r["visits"] == visits and r[stats.OUTSIDE] >= 0.8
+        assert r["visits"] == visits and r[stats.OUTSIDE] >= 0.8 and r["claim " + stats.DOES_NOT_HOLD] >= 0.9
 
 
 def test_the_simulation_drives_the_reports_verdict_function():

@@ -173,7 +173,8 @@ def test_report_content_missing_and_verdicts(tmp_path):
     parity = verdicts["Helion throughput is within ±1% of Triton on H200"]
     # One visit per arm measures no visit-to-visit noise: never decisive; it says what would settle it.
     assert re.fullmatch(r"cannot tell at this noise: \d+ more visits would settle it", parity[0])
-    assert "4 cannot tell (of 4 measured points); 2 point(s) missing or failed" in parity[1]
+    assert "4 cannot tell (of 4 measured points); 0 outside at the claim's 99.2 % per point" in parity[1]
+    assert "; 2 point(s) missing or failed" in parity[1]
     # the PR's method is shown, labelled, beside the intervals' verdict
     assert "PR's method (medians of runs, no interval): 4 of 4 measured points agree" in parity[1]
     assert (
@@ -519,3 +520,53 @@ def test_plots_show_every_series_on_a_scale_where_it_is_visible(tmp_path):
     intervals = [ci for r in rows for ci in (r["ci"], r["aa"]) if ci is not None and ci.low is not None]
     bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer) and c.has_yerr]
     assert len(intervals) == 6 and len(bars) == len(intervals)
+
+
+def _identical_arms_tree(root: Path, protocol_name: str, seed: int) -> Path:
+    """Both arms served by the same double: every run is the same true throughput times uniform ±30 %
+    run-to-run noise (the held-out check's double); the protocol's points, runs and visits; under rigorous
+    one visit of each arm fails somewhere."""
+    import random
+
+    from kdakit.bench.serving import PROTOCOLS_FILE, load_protocols, protocol_definition
+
+    protocol = load_protocols()[protocol_name]
+    rng = random.Random(seed)
+    failed = {("triton", rng.randint(1, protocol.repeats)), ("helion", rng.randint(1, protocol.repeats))}
+    for visit in range(1, protocol.repeats + 1):
+        for arm in ARMS:
+            points = []
+            for p in protocol.points:
+                values = [1000.0 * rng.uniform(0.7, 1.3) for _ in range(protocol.runs)]
+                status = "failed" if protocol.repeats > 1 and (arm, visit) in failed else "ok"
+                points.append(_point(p.input_len, p.output_len, p.concurrency, p.num_prompts, values, status))
+            kept = protocol_definition(protocol, PROTOCOLS_FILE)
+            metrics = {"dataset": "random-ids", "runs_per_point": protocol.runs, "visit": visit,
+                       "protocol_definition": kept, "points": points}  # fmt: skip
+            created = f"2026-11-29T10:{2 * visit + (arm == 'helion'):02d}:00+00:00"
+            record = _record("serving", arm, metrics, created, protocol=protocol_name)
+            results.write_result(root / "r1" / "h1" / "serving" / f"{arm}-{visit}.result.json", record)
+    return root
+
+
+def test_identical_arms_on_a_noisy_double_under_pr_never_give_does_not_hold(tmp_path):
+    """The held-out check: two arms served by the same ±30 % noisy double under `pr`."""
+    claim = next(c for c in report_model.load_published()["claims"] if c["kind"] == "serving")
+    for seed in range(30):
+        root = _identical_arms_tree(tmp_path / f"s{seed}", "pr", seed)
+        rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
+        assert {r["kind"] for r in rows} <= {stats.CANNOT_TELL, stats.WITHIN}, seed
+        verdict, _evidence = report_model.judge(claim, rows, [])
+        assert verdict.startswith("cannot tell at this noise: "), (seed, verdict)
+
+
+def test_identical_arms_under_rigorous_rarely_give_does_not_hold(tmp_path):
+    """The same double under `rigorous` (a failed visit per arm): at most 5 % of claims "does not hold"."""
+    claim = next(c for c in report_model.load_published()["claims"] if c["kind"] == "serving")
+    verdicts = []
+    for seed in range(20):
+        root = _identical_arms_tree(tmp_path / f"s{seed}", "rigorous", seed)
+        rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
+        verdicts.append(report_model.judge(claim, rows, [])[0])
+    assert sum(v == "does not hold" for v in verdicts) <= 1, verdicts
+    assert all(v.startswith(("cannot tell", "does not hold")) for v in verdicts)

@@ -198,13 +198,13 @@ def band_words(kind: str, band_pct: float, more: int | None = None, why: str = "
     return f"cannot tell at this noise: {n} more {visits} would settle it" + (f" ({why})" if why else "")
 
 
-def _t_array(df):
+def _t_array(df, confidence: float = CONFIDENCE):
     import numpy as np
 
     df = np.asarray(df, dtype=float)
     out = np.full(df.shape, np.inf)
     ok = df >= 1
-    out[ok] = scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df[ok])
+    out[ok] = scipy_stats.t.ppf(0.5 + confidence / 2, df[ok])
     return out
 
 
@@ -224,7 +224,8 @@ def _more_visits(n, mean_log, sd_log, band_log_lo, band_log_hi):
     return np.where(np.isfinite(more), more, MAX_MORE_VISITS + 1).astype(int)
 
 
-def judge_visits(log_baseline, log_candidate, band_pct: float = 1.0, aa_floor: bool = True) -> dict:
+def judge_visits(log_baseline, log_candidate, band_pct: float = 1.0, aa_floor: bool = True,
+                 confidence: float = CONFIDENCE, visits_needed: bool = True) -> dict:  # fmt: skip
     """Judge candidate/baseline from visits matched by identity, for one or many experiments at once.
 
     log_baseline, log_candidate: arrays (..., visits) of the log of each visit's value, NaN where a visit
@@ -232,7 +233,8 @@ def judge_visits(log_baseline, log_candidate, band_pct: float = 1.0, aa_floor: b
     The interval is Student t over the paired log ratios, with the spread raised to the A/A floor: the
     visit-to-visit spread of each arm on its own (successive fresh server starts of the same arm, pooled
     over both arms, times sqrt 2: the spread of a ratio of two such visits), and to SPREAD_FLOOR_LOG.
-    Fewer than MIN_PAIRS pairs give "cannot tell". aa_floor=False: no A/A floor (the A/A control itself,
+    Fewer than MIN_PAIRS pairs give "cannot tell" (visits_needed=False: without the visits that would
+    settle it, which only the words need). aa_floor=False: no A/A floor (the A/A control itself,
     whose columns are not one arm each). Returns arrays: kind (str), ratio, low, high, n,
     sd_log (measured), floor_log (A/A), used_log, more (visits that would settle a "cannot tell").
     """
@@ -241,10 +243,10 @@ def judge_visits(log_baseline, log_candidate, band_pct: float = 1.0, aa_floor: b
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: handled below
         return _judge_visits(np.asarray(log_baseline, float), np.asarray(log_candidate, float), band_pct,
-                             aa_floor)  # fmt: skip
+                             aa_floor, confidence, visits_needed)  # fmt: skip
 
 
-def _judge_visits(b, c, band_pct: float, aa_floor: bool) -> dict:
+def _judge_visits(b, c, band_pct: float, aa_floor: bool, confidence: float, visits_needed: bool) -> dict:
     import numpy as np
 
     pair = c - b  # NaN where either visit is missing
@@ -264,7 +266,7 @@ def _judge_visits(b, c, band_pct: float, aa_floor: bool) -> dict:
         if not aa_floor:
             floor = np.full(n.shape, np.nan)
     used = np.fmax(np.fmax(sd, floor), SPREAD_FLOOR_LOG)
-    half = _t_array(np.maximum(n - 1, 0)) * used / np.sqrt(np.maximum(n, 1))
+    half = _t_array(np.maximum(n - 1, 0), confidence) * used / np.sqrt(np.maximum(n, 1))
     low, high = mean - half, mean + half
     band_lo, band_hi = math.log(1 - band_pct / 100), math.log(1 + band_pct / 100)
     decided = n >= MIN_PAIRS
@@ -277,22 +279,28 @@ def _judge_visits(b, c, band_pct: float, aa_floor: bool) -> dict:
     kind[outside_band] = OUTSIDE
     kind[n == 0] = NO_DATA
     spread_for_more = np.where(np.isnan(used), SPREAD_FLOOR_LOG, used)
-    more = _more_visits(np.maximum(n, 1), np.nan_to_num(mean), spread_for_more, band_lo, band_hi)
+    more = (
+        _more_visits(np.maximum(n, 1), np.nan_to_num(mean), spread_for_more, band_lo, band_hi)
+        if visits_needed
+        else None
+    )
     return {
         "kind": kind, "ratio": np.exp(mean), "low": np.exp(low), "high": np.exp(high), "n": n,
         "sd_log": sd, "floor_log": floor, "used_log": used, "more": more,
     }  # fmt: skip
 
 
-def judge_pairs(baseline: list[float | None], candidate: list[float | None], band_pct: float = 1.0,
-                what: str = "visits", aa_floor: bool = True) -> Judgement:  # fmt: skip
+def judge_pairs(
+    baseline: list[float | None], candidate: list[float | None], band_pct: float = 1.0, what: str = "visits",
+    aa_floor: bool = True, confidence: float = CONFIDENCE,
+) -> Judgement:  # fmt: skip
     """One point: baseline[k] and candidate[k] are visit k's values (None: failed or missing)."""
     import numpy as np
 
     def logs(values):
         return np.array([math.log(v) if v is not None and v > 0 else np.nan for v in values])
 
-    found = judge_visits(logs(baseline)[None, :], logs(candidate)[None, :], band_pct, aa_floor)
+    found = judge_visits(logs(baseline)[None, :], logs(candidate)[None, :], band_pct, aa_floor, confidence)
     one = {k: v[0] for k, v in found.items()}
     n = int(one["n"])
     if one["kind"] == NO_DATA:
@@ -309,6 +317,28 @@ def judge_pairs(baseline: list[float | None], candidate: list[float | None], ban
     more = int(one["more"]) if kind == CANNOT_TELL else None
     why = f"{n} paired of the {MIN_PAIRS} {what} needed" if n < MIN_PAIRS else ""
     return Judgement(kind, band_words(kind, band_pct, more, why), ci, more, floor)
+
+
+def family_confidence(points: int) -> float:
+    """The confidence at which each of a claim's points is judged "outside" for the claim (Bonferroni): a
+    claim over k points then says "does not hold" for identical arms at most 5 % of the time, not k x 5 %.
+    ("Holds" needs every point inside the band, which the points' own 95 % intervals already guard.)"""
+    return 1 - (1 - CONFIDENCE) / max(points, 1)
+
+
+HOLDS, DOES_NOT_HOLD = "holds", "does not hold"
+
+
+def claim_kinds(point_kinds, family_kinds):
+    """A ±band claim over points (last axis): does not hold where a point is outside the band at the family
+    confidence, holds where every point is within it or different but inside it, else cannot tell."""
+    import numpy as np
+
+    point_kinds, family_kinds = np.asarray(point_kinds, dtype=object), np.asarray(family_kinds, dtype=object)
+    out = np.full(point_kinds.shape[:-1], CANNOT_TELL, dtype=object)
+    out[np.all((point_kinds == WITHIN) | (point_kinds == INSIDE), axis=-1)] = HOLDS
+    out[np.any(family_kinds == OUTSIDE, axis=-1)] = DOES_NOT_HOLD
+    return out
 
 
 def judge_one_visit(

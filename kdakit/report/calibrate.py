@@ -25,17 +25,26 @@ README_START = "<!-- calibration table: python -m kdakit.report.calibrate -->"
 README_END = "<!-- end of calibration table -->"
 
 
-def simulate(visits: int, noise: float, ratio: float, experiments: int, rng, band_pct: float) -> dict:
-    """Fraction of each verdict kind over `experiments` synthetic experiments of `visits` per arm."""
+def simulate(
+    visits: int, points: int, noise: float, ratio: float, experiments: int, rng, band_pct: float
+) -> dict:
+    """Over `experiments` synthetic experiments of `points` points and `visits` visits per arm: the share of
+    each point verdict (KINDS) and of each claim verdict (the ±band claim over all the points)."""
     import numpy as np
 
-    shape = (experiments, visits)
+    shape = (experiments, points, visits)
     triton = noise * rng.standard_normal(shape)
     helion = np.log(ratio) + noise * rng.standard_normal(shape)
     triton[rng.random(shape) < FAIL_RATE] = np.nan
     helion[rng.random(shape) < FAIL_RATE] = np.nan
-    kinds = stats.judge_visits(triton, helion, band_pct)["kind"]
-    return {kind: float(np.mean(kinds == kind)) for kind in stats.KINDS}
+    kinds = stats.judge_visits(triton, helion, band_pct, visits_needed=False)["kind"]
+    family = stats.judge_visits(triton, helion, band_pct, confidence=stats.family_confidence(points),
+                                visits_needed=False)["kind"]  # fmt: skip
+    claims = stats.claim_kinds(kinds, family)
+    found = {kind: float(np.mean(kinds == kind)) for kind in stats.KINDS}
+    found["claim " + stats.HOLDS] = float(np.mean(claims == stats.HOLDS))
+    found["claim " + stats.DOES_NOT_HOLD] = float(np.mean(claims == stats.DOES_NOT_HOLD))
+    return found
 
 
 def table(protocols: dict | None = None, experiments: int = EXPERIMENTS, seed: int = SEED) -> list[dict]:
@@ -50,26 +59,30 @@ def table(protocols: dict | None = None, experiments: int = EXPERIMENTS, seed: i
         protocol = protocols[name]
         for noise in NOISE:
             for ratio in RATIOS:
-                found = simulate(protocol.repeats, noise, ratio, experiments, rng, protocol.band_pct)
-                rows.append({"protocol": name, "visits": protocol.repeats, "noise": noise, "ratio": ratio,
+                found = simulate(protocol.repeats, len(protocol.points), noise, ratio, experiments, rng,
+                                 protocol.band_pct)  # fmt: skip
+                rows.append({"protocol": name, "visits": protocol.repeats, "points": len(protocol.points),
+                             "noise": noise, "ratio": ratio,
                              "band_pct": protocol.band_pct, **found})  # fmt: skip
     return rows
 
 
 def markdown(rows: list[dict], experiments: int = EXPERIMENTS) -> str:
     b = f"±{rows[0]['band_pct']:g} %" if rows else "±1 %"
+    claim = ["claim " + stats.HOLDS, "claim " + stats.DOES_NOT_HOLD]
     lines = [
-        f"{experiments} simulated experiments per row (seed {SEED}); visits per arm from "
-        "bench/protocols.toml; "
-        f"each visit fails with probability {FAIL_RATE:.0%}; noise: per visit and arm. "
-        f'Identical arms (ratio 1.00): a wrong verdict is "outside {b}" or "different but inside {b}".',
+        f"{experiments} simulated experiments per row (seed {SEED}), each with the protocol's points and "
+        f"visits per arm (bench/protocols.toml); each visit fails with probability {FAIL_RATE:.0%}; noise: "
+        f'per visit and arm. Point verdicts: the share of points; claim: "within {b}" over all the points '
+        'of one experiment. Identical arms (ratio 1.00): a wrong verdict is "outside" or "different but '
+        'inside" for a point, "does not hold" for the claim.',
         "",
         "| protocol | visits | noise | true ratio | within | different but inside | outside | cannot tell "
-        "| no data |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| no data | claim holds | claim does not hold |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        cells = [f"{100 * r[k]:.1f} %" for k in stats.KINDS]
+        cells = [f"{100 * r[k]:.1f} %" for k in (*stats.KINDS, *claim)]
         lines.append(f"| {r['protocol']} | {r['visits']} | {100 * r['noise']:g} % | {r['ratio']:.2f} | "
                      + " | ".join(cells) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"

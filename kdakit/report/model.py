@@ -203,7 +203,11 @@ def _point_value(point: dict | None) -> tuple[float | None, str]:
 
 
 def arm_comparison(
-    triton: Visits, helion: Visits, band_pct: float = 1.0, metric: str = "output_throughput"
+    triton: Visits,
+    helion: Visits,
+    band_pct: float = 1.0,
+    metric: str = "output_throughput",
+    confidence: float = stats.CONFIDENCE,
 ) -> tuple[stats.Judgement, str]:
     """helion/triton judged over visits matched by visit id (a visit missing or failed in either arm drops
     its pair), and how it was formed. One visit per arm: the runs' interval, never a decisive verdict."""
@@ -211,7 +215,8 @@ def arm_comparison(
     if not t_by or not h_by or all(v is None for v in t_by.values()) or all(v is None for v in h_by.values()):
         return stats.Judgement(stats.NO_DATA, "no data"), "not measured for both arms"
     ids = sorted(set(t_by) | set(h_by))
-    judged = stats.judge_pairs([t_by.get(v) for v in ids], [h_by.get(v) for v in ids], band_pct)
+    judged = stats.judge_pairs([t_by.get(v) for v in ids], [h_by.get(v) for v in ids], band_pct,
+                               confidence=confidence)  # fmt: skip
     n = judged.ci.n if judged.ci else 0
     if len(triton.ok) == 1 and len(helion.ok) == 1 and metric == "output_throughput":
         t_runs = [r["output_throughput"] for r in triton.ok[0]["runs"]]
@@ -291,11 +296,13 @@ def serving_rows(c: Collected, published: dict) -> list[dict]:
         if compare:
             keys |= {(i, o, cc) for (s, i, o, cc) in pub if s == sku}
         band = band_of(protocol, everything)
+        family = stats.family_confidence(len(keys))  # a claim over these points (stats.claim_kinds)
         for key in sorted(keys):
             visits = {arm: _visits(records[arm], key) for arm in ARMS}
             triton, triton_text = visits["triton"].value()
             helion, helion_text = visits["helion"].value()
             judged, basis = arm_comparison(visits["triton"], visits["helion"], band)
+            for_claim, _ = arm_comparison(visits["triton"], visits["helion"], band, confidence=family)
             others = {m[0]: arm_comparison(visits["triton"], visits["helion"], band, m[0])[0]
                       for m in VISIT_METRICS[1:]}  # fmt: skip
             aa, aa_pairs = aa_control(visits["triton"], visits["helion"], band_pct=band)
@@ -307,6 +314,7 @@ def serving_rows(c: Collected, published: dict) -> list[dict]:
                     "triton_text": triton_text, "helion_text": helion_text,
                     "visits": visits, "judged": judged, "ci": judged.ci, "ci_basis": basis,
                     "verdict": judged.text, "kind": judged.kind, "band": band, "others": others,
+                    "claim_kind": for_claim.kind, "family_confidence": family,
                     "aa_judged": aa, "aa": aa.ci if aa else None, "aa_pairs": aa_pairs,
                     "aa_verdict": aa.text if aa else "no A/A: one visit per arm",
                     "interleaved": interleaved(visits["triton"], visits["helion"]),
@@ -410,23 +418,25 @@ def judge(claim: dict, serving: list[dict], kernels: list[dict]) -> tuple[str, s
 def _judge_by_intervals(
     claim: dict, measured: list[dict], unmeasured: int, pr_method: str
 ) -> tuple[str, str]:
-    """A ±limit claim on the points' verdicts: it does not hold where a point is outside the band, holds
-    where every point is within it (or different but inside it), and otherwise cannot be told yet."""
+    """A ±limit claim on the points' verdicts (stats.claim_kinds, the rule the calibration simulates)."""
     kinds = [r["kind"] for r in measured]
     count = {k: kinds.count(k) for k in stats.KINDS}
+    family_outside = sum(r["claim_kind"] == stats.OUTSIDE for r in measured)
     b = f"±{claim['limit']:g} %"
     evidence = (
         f"95 % intervals: {count[stats.WITHIN]} within {b}, {count[stats.INSIDE]} different but inside, "
         f"{count[stats.OUTSIDE]} outside, {count[stats.CANNOT_TELL] + count[stats.NO_DATA]} cannot tell "
-        f"(of {len(measured)} measured points)"
+        f"(of {len(measured)} measured points); {family_outside} outside at the claim's "
+        f"{100 * measured[0]['family_confidence']:.1f} % per point (95 % over its points)"
     )
     if unmeasured:
         evidence += f"; {unmeasured} point(s) missing or failed"
     evidence += f". {pr_method}"
-    if count[stats.OUTSIDE]:
-        return "does not hold", evidence
-    if count[stats.WITHIN] + count[stats.INSIDE] == len(measured):
+    verdict = str(stats.claim_kinds([kinds], [[r["claim_kind"] for r in measured]])[0])
+    if verdict == stats.HOLDS:
         return ("holds" if not unmeasured else "holds where measured"), evidence
+    if verdict == stats.DOES_NOT_HOLD:
+        return verdict, evidence
     more = [r["judged"].more_visits for r in measured if r["judged"].more_visits]
     if more:
         m = max(more)
