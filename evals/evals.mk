@@ -30,7 +30,7 @@ report: setup ## report.md + self-contained report.html from a results tree, and
 	@$(PY) -m kdakit.report.screenshot $(RESULTS)/report.html $(RESULTS)/report.png \
 	  || echo "report: no screenshot (install Debian's chromium); report.html is written"
 
-report-sample: setup ## The report of a synthetic sample tree (every number made up) in .cache/report-sample, and its screenshot $(REPORT_SAMPLE_PNG)
+report-sample: setup ## The report of a synthetic sample tree (every number made up) in .cache/report-sample, and its screenshot, kept at evals/report-sample.png (REPORT_SAMPLE_PNG)
 	rm -rf .cache/report-sample
 	$(PY) -m kdakit.report.sample .cache/report-sample
 	$(MAKE) --no-print-directory report RESULTS=.cache/report-sample/sample-synthetic
