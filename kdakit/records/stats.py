@@ -1,9 +1,13 @@
 """Confidence intervals and verdicts for arm comparisons (helion vs triton), from repeated measurements.
 
 Throughput ratios are compared on the log scale (a ratio and its inverse are symmetric there), with a
-Student t interval: over paired log ratios when the arms were measured in pairs (the `rigorous` protocol's
-interleaved visits, or an A/A pair), over the two arms' log values (Welch) when they were not (the `pr`
-protocol's three runs per arm in one visit). The verdict is one of:
+Student t interval. Serving points, their A/A control and the ±band claim are judged by one engine,
+`judge_visits` (below): visits paired by visit id, a spread floor from the A/A, a minimum of paired visits,
+and the verdicts "within ±B %", "different but inside ±B %", "outside ±B %" and "cannot tell at this noise:
+N more visits would settle it"; `python -m kdakit.report.calibrate` measures its error rates by simulation.
+
+`paired_ratio_ci`, `unpaired_ratio_ci` and `verdict` are the plain intervals and words the kernel
+microbenchmark (kernels/tools/bench.py) reports per round:
 
 - "within ±B %" when the whole 95 % interval lies inside [1 - B %, 1 + B %],
 - "different" when the interval excludes 1 (and is not inside the band),
