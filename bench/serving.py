@@ -214,6 +214,31 @@ def summarize_point(
     return summary
 
 
+def warmup_http_errors(folder: Path) -> dict:
+    """HTTP statuses of a failed warm-up: from its JSONL's per-request errors, else from its console log."""
+    texts: list[str] = []
+    jsonl = folder / "warmup.jsonl"
+    if jsonl.is_file():
+        for line in jsonl.read_text(errors="replace").splitlines():
+            try:
+                texts += [str(e) for e in json.loads(line).get("errors") or [] if e]
+            except (json.JSONDecodeError, AttributeError):
+                continue
+    if not texts and (folder / "warmup.log").is_file():
+        texts = (folder / "warmup.log").read_text(errors="replace").splitlines()[1:]  # not the command line
+    return bounded.http_error_counts(texts)
+
+
+def protocol_definition(protocol: Protocol, path: Path) -> dict:
+    """What the report needs of the protocol this run used (its band and points), kept in the record: the
+    report must judge by the file the run was given, not by the built-in one."""
+    return {
+        "source_file": "bench/protocols.toml (built in)" if Path(path) == PROTOCOLS_FILE else str(path),
+        "band_pct": protocol.band_pct, "repeats": protocol.repeats,
+        "runs": protocol.runs, "points": [dict(vars(p)) for p in protocol.points],
+    }  # fmt: skip
+
+
 def _client_env(tokenizer: str) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")  # progress reaches the stall watchdog as it happens
     if Path(tokenizer).is_dir():
@@ -241,7 +266,8 @@ def _tokenizer(args: argparse.Namespace, info: dict | None) -> str:
 
 
 def run_serving(args: argparse.Namespace) -> int:
-    protocols = load_protocols(Path(args.protocols) if args.protocols else PROTOCOLS_FILE)
+    protocols_file = Path(args.protocols) if args.protocols else PROTOCOLS_FILE
+    protocols = load_protocols(protocols_file)
     if args.protocol not in protocols:
         raise UsageError(f"unknown protocol {args.protocol!r}; known: {', '.join(sorted(protocols))}")
     protocol = protocols[args.protocol]
@@ -332,7 +358,9 @@ def run_serving(args: argparse.Namespace) -> int:
                 outcome = _run_client(cmd, argv, folder / "warmup.log", protocol, env)
                 error = limited(outcome, "warm-up")
                 if error is None and not outcome.ok:
-                    error = f"warm-up failed (see {point.label}/warmup.log)"
+                    http_errors = warmup_http_errors(folder)
+                    codes = ", ".join(f"HTTP {c} x{n}" for c, n in sorted(http_errors.items()))
+                    error = f"warm-up failed{f' ({codes})' if codes else ''} (see {point.label}/warmup.log)"
             point_runs: list[dict] = []
             for j in range(1, runs + 1):
                 if error:
@@ -405,7 +433,7 @@ def run_serving(args: argparse.Namespace) -> int:
     notes = [
         f"client python -m sglang.benchmark.serving, backend {protocol.backend}, source {protocol.source}"
     ]
-    if protocol.flush_cache:
+    if any(run.get("flushed") for p in points for run in p["runs"]):
         notes.append("prefix cache flushed after each client warm-up, before every measured run")
     if dataset == "random-ids":
         notes.append(RANDOM_IDS_NOTE)
@@ -423,6 +451,8 @@ def run_serving(args: argparse.Namespace) -> int:
         "backend": protocol.backend,
         "runs_per_point": runs,
         "repeat_index": previous + 1,  # the records of this arm and protocol already in this folder, plus one
+        **({"visit": args.visit} if args.visit else {}),
+        "protocol_definition": protocol_definition(protocol, protocols_file),
         "repeats_planned": protocol.repeats,
         "flush_cache": protocol.flush_cache,
         "request_timeout_s": protocol.request_timeout_s,
@@ -464,4 +494,8 @@ def register(subparsers) -> None:
     s.add_argument("--model", default=None, help="model name for the client (default: asked from the server)")
     s.add_argument("--runs", type=int, default=None, help="override the protocol's runs per point")
     s.add_argument("--protocols", default=None, help="another protocols.toml (custom sweeps, tests)")
+    s.add_argument(
+        "--visit", type=int, default=int(os.environ.get("KDAKIT_VISIT") or 0) or None,
+        help="this visit's number in an A/B loop (default: $KDAKIT_VISIT); the report pairs the arms by it",
+    )  # fmt: skip
     s.add_argument("--client-cmd", default=None, help=argparse.SUPPRESS)  # tests: a stand-in client

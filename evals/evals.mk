@@ -12,7 +12,9 @@ DATASET_PATH ?=
 TOKENIZER ?=
 BENCH_ARGS ?=
 
-.PHONY: eval-gsm8k-local bench-local report
+.PHONY: eval-gsm8k-local bench-local report report-sample
+# The sample report's screenshot, kept in the docs for a reader (make report-sample rewrites it).
+REPORT_SAMPLE_PNG ?= evals/report-sample.png
 
 eval-gsm8k-local: setup ## GSM8K (offline) against BASE_URL: pr = SGLang's run_eval, lm-eval, full. Vars: BASE_URL=http://127.0.0.1:<profile port> PROTOCOL=pr|lm-eval|full RUN_ID= EVAL_ARGS="--runs 1 --limit 20"
 	$(KDAKIT) eval gsm8k --base-url $(BASE_URL) --protocol $(PROTOCOL) \
@@ -23,5 +25,13 @@ bench-local: setup ## Serving benchmark (SGLang's client) against BASE_URL. Vars
 	  $(if $(DATASET),--dataset $(DATASET)) $(if $(DATASET_PATH),--dataset-path $(DATASET_PATH)) \
 	  $(if $(TOKENIZER),--tokenizer $(TOKENIZER)) $(if $(RUN_ID),--run-id $(RUN_ID)) $(BENCH_ARGS)
 
-report: setup ## report.md + self-contained report.html from a results tree. Vars: RESULTS=results (or results/<run-id>)
+report: setup ## report.md + self-contained report.html from a results tree, and report.png (its top at 1280 px, where chromium is installed). Vars: RESULTS=results (or results/<run-id>)
 	$(KDAKIT) report $(RESULTS)
+	@$(PY) -m kdakit.report.screenshot $(RESULTS)/report.html $(RESULTS)/report.png \
+	  || echo "report: no screenshot (install Debian's chromium); report.html is written"
+
+report-sample: setup ## The report of a synthetic sample tree (every number made up) in .cache/report-sample, and its screenshot, kept at evals/report-sample.png (REPORT_SAMPLE_PNG)
+	rm -rf .cache/report-sample
+	$(PY) -m kdakit.report.sample .cache/report-sample
+	$(MAKE) --no-print-directory report RESULTS=.cache/report-sample/sample-synthetic
+	cp .cache/report-sample/sample-synthetic/report.png $(REPORT_SAMPLE_PNG)

@@ -48,7 +48,7 @@ visits=$$($(PY) -c 'from kdakit.bench.serving import load_protocols; print(load_
 rc=0; for visit in $$(seq $$visits); do for arm in $(ARMS); do \
   for step in deploy $$([ $$visit = 1 ] && echo eval-gsm8k) bench collect teardown; do \
     echo "== $(1) $$arm $$step (run $(NEW_RUN_ID)$$([ $$visits -gt 1 ] && echo ", visit $$visit of $$visits"))"; \
-    $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) $(kdakit_bench_protocol_arg) || rc=1; \
+    $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) $(kdakit_bench_protocol_arg) -e kdakit_visit=$$visit || rc=1; \
 done; done; done; \
 echo "== $(1) roll-up (run $(NEW_RUN_ID))"; \
 $(PY) -m kdakit.records.provenance rollup $(RESULTS)/$(NEW_RUN_ID) || rc=1; \

@@ -199,10 +199,13 @@ row = dict(template, tag=tag, max_concurrency=int(opt("--max-concurrency")))
 row["completed"] = int(opt("--num-prompts")) - (1 if step in ("short", "http500") else 0)
 if step == "http500":  # what the real client keeps with --output-details: aiohttp's reason, then the body
     row["errors"] = ["", "Internal Server Error: boom"]
+if step == "http503":  # every request refused
+    row["completed"], row["errors"] = 0, ["Service Unavailable: overloaded"] * int(opt("--num-prompts"))
 if isinstance(step, (int, float)):
     row["output_throughput"] = step
 with open(opt("--output-file"), "a") as f:  # the real client appends
     f.write(json.dumps(row) + "\\n")
+sys.exit(1 if step == "http503" else 0)
 """
 
 
@@ -264,6 +267,35 @@ def _replay_client(tmp_path: Path, real_out: Path, plan: dict) -> tuple[Path, Pa
         )
     )
     return client, calls
+
+
+def test_a_failed_warm_up_records_its_http_status_and_no_flush_is_claimed_without_a_run(real_run, tmp_path):
+    _, out, _ = real_run
+    client, _calls = _replay_client(tmp_path, out, {"i32-o16-c1:warmup": "http503"})
+    protocols = write_protocols(
+        tmp_path, ["{ input_len = 32, output_len = 16, concurrency = 1, num_prompts = 2 }"], runs=2,
+        warmup=True, extra="band_pct = 2.5",
+    )  # fmt: skip
+    proc, url = fake.start_background()
+    try:
+        code = cli.main(
+            ["bench", "serving", "--base-url", url, "--protocol", "tiny", "--protocols", str(protocols),
+             "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o"), "--arm", "triton", "--visit", "3",
+             "--client-cmd", f"{sys.executable} {client}"]
+        )  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert code == 1
+    record = results.read_result(tmp_path / "o" / "triton-tiny.result.json")
+    (point,) = record["metrics"]["points"]
+    assert point["status"] == "failed" and point["runs"] == [] and point["http_errors"] == {"503": 1}
+    assert point["error"].startswith("warm-up failed (HTTP 503 x1)")
+    assert not any("flushed" in note for note in record["notes"])  # no measured run: nothing was flushed
+    # the protocol as the run's own file defined it, and the visit the A/B loop named
+    kept = record["metrics"]["protocol_definition"]
+    assert kept["band_pct"] == 2.5 and kept["source_file"] == str(protocols) and len(kept["points"]) == 1
+    assert record["metrics"]["visit"] == 3
 
 
 def test_hung_point_stops_the_bench_within_its_limit_keeps_earlier_points_and_http_status(

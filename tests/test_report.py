@@ -171,30 +171,36 @@ def test_report_content_missing_and_verdicts(tmp_path):
     )
     verdicts = {row[0]: (row[2], row[3]) for row in sections[1].blocks[0].rows}
     parity = verdicts["Helion throughput is within ±1% of Triton on H200"]
-    assert parity[0] == "holds where measured"
-    assert "4 of 4 measured points agree" in parity[1] and "2 point(s) missing or failed" in parity[1]
+    # One visit per arm measures no visit-to-visit noise: never decisive; it says what would settle it.
+    assert re.fullmatch(r"cannot tell at this noise: \d+ more visits would settle it", parity[0])
+    assert "4 cannot tell (of 4 measured points); 0 outside at the claim's 99.2 % per point" in parity[1]
+    assert "; 2 point(s) missing or failed" in parity[1]
+    # the PR's method is shown, labelled, beside the intervals' verdict
+    assert "PR's method (medians of runs, no interval): 4 of 4 measured points agree" in parity[1]
     assert (
         verdicts["Helion reduces packed-decode latency on H200 (published 16–28%)"][0]
-        == "holds where measured"
+        == "holds where measured by the PR's method"
     )
     assert (
         verdicts["Helion prefill is slower than Triton on H200 in the tested shapes"][0]
-        == "holds where measured"
+        == "holds where measured by the PR's method"
     )
     assert verdicts["Helion reduces packed-decode latency on B200 (published 18–38%)"][0] == "no data"
     assert verdicts["GSM8K pr run 2 (helion, h200-a) reaches 0.93"][0] == "does not hold"
     assert verdicts["GSM8K pr run 1 (helion, h200-a) reaches 0.93"][0] == "holds"
 
 
-def test_parity_claim_fails_when_a_point_deviates(tmp_path):
+def test_a_median_outside_the_band_never_decides_the_claim_on_its_own(tmp_path):
     root = build_fixture_tree(tmp_path / "results")
     path = root / "ab-1" / "h200-a" / "serving" / "helion-pr.result.json"
     record = results.read_result(path)
     point = record["metrics"]["points"][1]
     point["runs"][0]["output_throughput"] = point["median_output_throughput"] = 2400.0  # -4.99% vs 2526
     results.write_result(path, record)
-    verdicts = {row[0]: row[2] for row in report_sections.build(root, plots=False)[1].blocks[0].rows}
-    assert verdicts["Helion throughput is within ±1% of Triton on H200"] == "does not hold"
+    verdicts = {row[0]: row[2:] for row in report_sections.build(root, plots=False)[1].blocks[0].rows}
+    verdict, evidence = verdicts["Helion throughput is within ±1% of Triton on H200"]
+    assert verdict.startswith("cannot tell at this noise")
+    assert "PR's method (medians of runs, no interval): 3 of 4 measured points agree" in evidence
 
 
 def test_html_is_self_contained_with_inline_plots(tmp_path):
@@ -204,9 +210,8 @@ def test_html_is_self_contained_with_inline_plots(tmp_path):
     # throughput vs concurrency, helion/triton ratio with CIs, kernel latency
     assert page.count('src="data:image/png;base64,') == 3
     assert not re.search(r"(src|href)=\"(https?:)?//", page), "no external resources"
-    assert '<td class="nothold">does not hold</td>' in page
-    assert '<td class="holds">within ±1 % (CI inside the band); these runs resolve ±0.34 %</td>' in page
-    assert '<td class="nothold">different (CI excludes 1); these runs resolve ±0.47 %</td>' in page
+    assert '<td class="nothold">does not hold</td>' in page  # GSM8K run 2 below its threshold
+    assert '<td class="missing">cannot tell at this noise: ' in page
     assert (tmp_path / "out" / "report-plots" / "serving-ab-1-h200-a-pr.png").stat().st_size > 1000
 
 
@@ -285,21 +290,26 @@ def test_rigorous_verdicts_on_synthetic_runs_with_known_differences(tmp_path):
     root = _rigorous_tree(tmp_path / "results")
     rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
     rows = {r["key"][2]: r for r in rows if r["key"][0] == 4096}
-    assert rows[1]["verdict"] == "different (CI excludes 1)"
-    assert rows[16]["verdict"] == "within ±1 % (CI inside the band)"
-    needed = stats.repeats_needed(rows[48]["ci"], 1.0)
-    assert needed > 5 and rows[48]["verdict"] == f"inconclusive at n = 5; about {needed} repeats needed"
+    assert rows[1]["verdict"] == "outside ±1 %"
+    assert rows[16]["verdict"] == "within ±1 %"
+    judged = rows[48]["judged"]
+    assert judged.more_visits > 5
+    assert (
+        rows[48]["verdict"] == f"cannot tell at this noise: {judged.more_visits} more visits would settle it"
+    )
     for c, true_ratio in ((1, 1.03), (16, 1.001), (48, 1.004)):
         ci = rows[c]["ci"]
         assert ci.paired and ci.n == 5 and ci.low < true_ratio < ci.high
-        assert rows[c]["aa"].n == 10  # run 2 / run 1 in every visit of both arms
-        assert rows[c]["aa_verdict"] == "within ±1 % (CI inside the band)"
+        # A/A: visit 2 / visit 1 and visit 4 / visit 3 of each arm (fresh servers), not runs within a visit
+        assert rows[c]["aa"].n == 4 and rows[c]["aa_pairs"] == 4
         assert rows[c]["interleaved"]
+    assert rows[16]["aa_verdict"] == "within ±1 %"
+    assert rows[48]["aa_verdict"].startswith("cannot tell at this noise")
     md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert "visits interleaved (ABAB…)." in md
     assert "| 4096 / 1024 | 16 | 2500.00 | 2502.50 | +0.10% |" in md and "| 5 / 5 | 1.0010 [" in md
     claim = next(line for line in md.splitlines() if "(protocol rigorous)" in line)
-    assert "| does not hold | 1 of 3 points with the 95 % CI inside ±1 %, 1 outside" in claim
+    assert "| does not hold | 95 % intervals: 1 within ±1 %, 0 different but inside, 1 outside" in claim
     sections = report_sections.build(root)  # plots: error bars and the ratio plot render
     assert any(isinstance(b, report_model.Plot) and b.filename.startswith("serving-ratio-") for s in sections
                for b in s.blocks)  # fmt: skip
@@ -327,7 +337,7 @@ def test_reruns_are_repeats_counted_and_pooled_not_the_latest(tmp_path):
     rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
     row = next(r for r in rows if r["key"] == (4096, 1024, 1))
     assert (row["triton"], row["helion"]) == (200.0, 202.0)  # the median of the three repeats, not the last
-    assert row["ci_basis"] == "paired over 3 visits"
+    assert row["ci_basis"] == "paired by visit id over 3 visit(s)"
     assert report_model.visits_repeats_text(row["visits"]) == "3 / 3"
     md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert "triton: dataset random-ids, 2 runs per point, 3 repeat(s)" in md
@@ -341,10 +351,7 @@ def test_lowercase_sku_from_the_playbooks_matches_the_published_numbers(tmp_path
         results.write_result(path, record)
     md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert "| 4096 / 1024 | 1 | 438.00 | 442.00 | +0.91% | 438.42 | 442.10 | +0.84% |" in md
-    assert (
-        "| Helion throughput is within ±1% of Triton on H200 | 000_73b73c95dc10b4a8 | holds where measured"
-        in md
-    )
+    assert "| Helion throughput is within ±1% of Triton on H200 | 000_73b73c95dc10b4a8 | cannot tell" in md
     assert "| 0.9900 (000_73b73c95dc10b4a8) | +0.00 |" in md
 
 
@@ -398,3 +405,168 @@ def test_gsm8k_arm_differences_are_judged_against_run_to_run_noise(tmp_path):
     (d,) = report_sections.gsm8k_arm_differences(report_model.collect(root).gsm8k)
     assert d["noise"] == "binomial (runs identical or single)"
     assert d["verdict"].startswith("no difference beyond the noise: +1.50 pts within ±")
+
+
+def _visit_tree(root: Path, triton: dict, helion: dict) -> Path:
+    """One point, each arm's visits by visit id (None: the visit's point failed; absent: no record)."""
+    for arm, values in (("triton", triton), ("helion", helion)):
+        for k, (visit, value) in enumerate(sorted(values.items())):
+            point = _point(4096, 1024, 1, 8, [value, value * 1.001]) if value else _point(
+                4096, 1024, 1, 8, [1.0], status="failed")  # fmt: skip
+            metrics = {"dataset": "random-ids", "runs_per_point": 2, "visit": visit, "points": [point]}
+            created = f"2026-11-29T10:{2 * visit + (arm == 'helion'):02d}:00+00:00"
+            record = _record("serving", arm, metrics, created, protocol="rigorous")
+            results.write_result(
+                root / "r1" / "h1" / "serving" / f"{arm}-rigorous-{k + 1}.result.json", record
+            )
+    return root
+
+
+def test_pairs_are_matched_by_visit_id_and_a_failed_visit_drops_only_its_pair(tmp_path):
+    drift = {1: 1000.0, 2: 1100.0, 3: 900.0, 4: 1050.0, 5: 950.0}  # the server's speed per visit
+    helion = dict(drift)  # helion == triton in every visit: true ratio 1.000
+    triton = {**drift, 2: None}  # triton's visit 2 failed
+    root = _visit_tree(tmp_path / "results", triton, helion)
+    (row,) = [r for r in report_model.serving_rows(report_model.collect(root), report_model.load_published())
+              if r["key"] == (4096, 1024, 1)]  # fmt: skip
+    assert row["ci"].n == 4 and row["ci"].ratio == pytest.approx(1.0)
+    assert row["ci_basis"] == "paired by visit id over 4 visit(s)"
+    # a visit with no record at all (the orchestrator's visit ids keep their place)
+    root = _visit_tree(tmp_path / "results2", {v: x for v, x in drift.items() if v != 3}, helion)
+    (row,) = [r for r in report_model.serving_rows(report_model.collect(root), report_model.load_published())
+              if r["key"] == (4096, 1024, 1)]  # fmt: skip
+    assert row["ci"].n == 4 and row["ci"].ratio == pytest.approx(1.0)
+
+
+def test_zero_spread_is_never_certainty(tmp_path):
+    same = {1: 1000.0, 2: 1000.0}
+    root = _visit_tree(tmp_path / "results", same, {v: x * 1.0577 for v, x in same.items()})
+    (row,) = [r for r in report_model.serving_rows(report_model.collect(root), report_model.load_published())
+              if r["key"] == (4096, 1024, 1)]  # fmt: skip
+    assert row["kind"] == stats.CANNOT_TELL  # two visits: below the minimum, whatever the spread
+    judged = stats.judge_pairs([1000.0] * 4, [1002.0] * 4)  # four identical ratios, +0.2 %
+    assert judged.ci.low < judged.ci.ratio < judged.ci.high  # the spread floor keeps a width
+    assert judged.floor_log == stats.SPREAD_FLOOR_LOG
+
+
+def test_verdict_styling_follows_meaning():
+    assert report_render.cell_class("outside ±1 %") == "nothold"
+    assert report_render.cell_class("does not hold") == "nothold"
+    assert report_render.cell_class("different but inside ±1 %") == "inside"
+    assert report_render.cell_class("within ±1 %") == "holds"
+    assert report_render.cell_class("cannot tell at this noise: 3 more visits would settle it") == "missing"
+
+
+def test_band_and_points_come_from_the_protocols_file_the_runs_used(tmp_path):
+    used = {"source_file": "/site/protocols.toml", "band_pct": 3.0, "repeats": 5, "runs": 2,
+            "points": [{"input_len": 4096, "output_len": 1024, "concurrency": 1, "num_prompts": 8},
+                       {"input_len": 999, "output_len": 9, "concurrency": 3, "num_prompts": 6}]}  # fmt: skip
+    root = tmp_path / "results"
+    for k in range(5):
+        for arm, value in (("triton", 1000.0 + k), ("helion", 1020.0 + k)):
+            point = _point(4096, 1024, 1, 8, [value, value])
+            metrics = {"dataset": "random-ids", "runs_per_point": 2, "repeat_index": k + 1,
+                       "protocol_definition": used, "points": [point]}  # fmt: skip
+            created = f"2026-11-29T10:{2 * k + (arm == 'helion'):02d}:00+00:00"
+            record = _record("serving", arm, metrics, created, protocol="rigorous")
+            results.write_result(root / "r1" / "h1" / "serving" / f"{arm}-{k}.result.json", record)
+    rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
+    by_key = {r["key"]: r for r in rows}
+    assert set(by_key) == {(4096, 1024, 1), (999, 9, 3)}  # the file's points, not the built-in six
+    assert by_key[(4096, 1024, 1)]["band"] == 3.0
+    assert by_key[(4096, 1024, 1)]["verdict"] == "different but inside ±3 %"  # +2 %: inside ±3 %, not ±1 %
+    md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
+    assert "Protocol rigorous as the runs used it (/site/protocols.toml): band ±3 %, 2 points." in md
+
+
+def test_failed_telemetry_is_reported_as_failed_not_healthy(tmp_path):
+    from kdakit.measure import telemetry
+
+    root = build_fixture_tree(tmp_path / "results")
+    path = root / "ab-1" / "h200-a" / "serving" / "helion-pr.result.json"
+    record = results.read_result(path)
+    errors = ["nvidia-smi exited 9: no driver"]
+    record["metrics"]["telemetry"] = telemetry.summarize([], [], "nvidia-smi", None, 1.0, errors, 5, 5)
+    results.write_result(path, record)
+    md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
+    assert (
+        "| ab-1/h200-a/serving/helion-pr.result.json | failed | 0 | 0 | — | — | — | not observed: telemetry"
+        in md
+    )
+    assert "GPU telemetry warnings during measured runs: 1 (see GPU telemetry)." in md
+
+
+def test_plots_show_every_series_on_a_scale_where_it_is_visible(tmp_path):
+    from matplotlib.container import ErrorbarContainer
+
+    from kdakit.report import plots
+
+    root = _rigorous_tree(tmp_path / "rigorous")
+    build_fixture_tree(tmp_path / "pr")
+    rows = report_model.serving_rows(report_model.collect(tmp_path / "pr"), report_model.load_published())
+    fig = plots.throughput_figure("t", rows)
+    measured, against = fig.axes
+    assert against.get_ylabel() == "measured / published"  # published numbers on their own axis
+    series = {c.get_label(): c.lines[0] for c in measured.containers if isinstance(c, ErrorbarContainer)}
+    triton, helion = series["triton 4096/1024"], series["helion 4096/1024"]
+    # the arms are drawn side by side (never one hidden under the other) with their own markers
+    assert all(t < h for t, h in zip(triton.get_xdata(), helion.get_xdata(), strict=True))
+    assert triton.get_marker() != helion.get_marker()
+    assert max(against.get_ylim()) < 1.5 and min(against.get_ylim()) > 0.5  # ratios near 1, not near zero
+    # every interval of the ratio plot (helion/triton and A/A) has its error bar
+    rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
+    fig = plots.ratio_figure("t", rows)
+    (ax,) = fig.axes
+    intervals = [ci for r in rows for ci in (r["ci"], r["aa"]) if ci is not None and ci.low is not None]
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer) and c.has_yerr]
+    assert len(intervals) == 6 and len(bars) == len(intervals)
+
+
+def _identical_arms_tree(root: Path, protocol_name: str, seed: int) -> Path:
+    """Both arms served by the same double: every run is the same true throughput times uniform ±30 %
+    run-to-run noise (the held-out check's double); the protocol's points, runs and visits; under rigorous
+    one visit of each arm fails somewhere."""
+    import random
+
+    from kdakit.bench.serving import PROTOCOLS_FILE, load_protocols, protocol_definition
+
+    protocol = load_protocols()[protocol_name]
+    rng = random.Random(seed)
+    failed = {("triton", rng.randint(1, protocol.repeats)), ("helion", rng.randint(1, protocol.repeats))}
+    for visit in range(1, protocol.repeats + 1):
+        for arm in ARMS:
+            points = []
+            for p in protocol.points:
+                values = [1000.0 * rng.uniform(0.7, 1.3) for _ in range(protocol.runs)]
+                status = "failed" if protocol.repeats > 1 and (arm, visit) in failed else "ok"
+                points.append(_point(p.input_len, p.output_len, p.concurrency, p.num_prompts, values, status))
+            kept = protocol_definition(protocol, PROTOCOLS_FILE)
+            metrics = {"dataset": "random-ids", "runs_per_point": protocol.runs, "visit": visit,
+                       "protocol_definition": kept, "points": points}  # fmt: skip
+            created = f"2026-11-29T10:{2 * visit + (arm == 'helion'):02d}:00+00:00"
+            record = _record("serving", arm, metrics, created, protocol=protocol_name)
+            results.write_result(root / "r1" / "h1" / "serving" / f"{arm}-{visit}.result.json", record)
+    return root
+
+
+def test_identical_arms_on_a_noisy_double_under_pr_never_give_does_not_hold(tmp_path):
+    """The held-out check: two arms served by the same ±30 % noisy double under `pr`."""
+    claim = next(c for c in report_model.load_published()["claims"] if c["kind"] == "serving")
+    for seed in range(30):
+        root = _identical_arms_tree(tmp_path / f"s{seed}", "pr", seed)
+        rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
+        assert {r["kind"] for r in rows} <= {stats.CANNOT_TELL, stats.WITHIN}, seed
+        verdict, _evidence = report_model.judge(claim, rows, [])
+        assert verdict.startswith("cannot tell at this noise: "), (seed, verdict)
+
+
+def test_identical_arms_under_rigorous_rarely_give_does_not_hold(tmp_path):
+    """The same double under `rigorous` (a failed visit per arm): at most 5 % of claims "does not hold"."""
+    claim = next(c for c in report_model.load_published()["claims"] if c["kind"] == "serving")
+    verdicts = []
+    for seed in range(20):
+        root = _identical_arms_tree(tmp_path / f"s{seed}", "rigorous", seed)
+        rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
+        verdicts.append(report_model.judge(claim, rows, [])[0])
+    assert sum(v == "does not hold" for v in verdicts) <= 1, verdicts
+    assert all(v.startswith(("cannot tell", "does not hold")) for v in verdicts)

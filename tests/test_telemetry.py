@@ -78,3 +78,24 @@ def test_background_sampling_once_a_second_and_no_nvidia_smi(smi, tmp_path):
     assert recorder.summary["windows"][0]["label"] == "run 1"
     none = telemetry.Recorder(tmp_path / "n.csv", command="").start().stop()
     assert none["source"] == "none" and none["samples"] == 0 and not (tmp_path / "n.csv").exists()
+
+
+def test_nvidia_smi_that_cannot_reach_the_driver_is_reported_as_failed(smi, tmp_path):
+    command = smi(gpus=2, fail_always=True)
+    summary = _recorded(command, tmp_path / "telemetry.csv", before=1, inside=2)
+    assert summary["source"] == "failed" and summary["samples"] == 0 and summary["file"] is None
+    assert len(summary["warnings"]) == 1 and summary["warnings"][0].startswith(
+        "GPU telemetry failed: 3 nvidia-smi queries, no sample (nvidia-smi exited 9: NVIDIA-SMI has failed"
+    )
+    assert summary["errors"][0].startswith("nvidia-smi exited 9")
+
+
+def test_one_failed_query_keeps_the_clock_event_reasons_for_the_rest_of_the_run(smi, tmp_path):
+    command = smi(gpus=1, fail_calls=[2, 3, 4], throttle_from_call=5, throttle_gpu=0, reasons="0x8")
+    summary = _recorded(command, tmp_path / "telemetry.csv", before=1, inside=3)
+    # call 1: warm-up; the next sample fails (exit 9) with every field (calls 2-4); later ones answer
+    assert summary["source"] == "nvidia-smi" and summary["samples"] >= 2
+    assert any("throttled during run 1: hardware slowdown" in w for w in summary["warnings"])
+    assert any(w.startswith("GPU telemetry incomplete: 1 of ") for w in summary["warnings"])
+    rows = telemetry.read_csv(tmp_path / "telemetry.csv")
+    assert rows[-1]["reasons"] == 0x8

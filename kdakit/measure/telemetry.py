@@ -61,32 +61,51 @@ class Recorder:
         self.windows: list[dict] = []
         self.rows: list[dict] = []
         self.errors: list[str] = []
+        self.failed_queries = 0
+        self.queries = 0
         self._reason_field: str | None = REASON_FIELDS[0]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = time.monotonic()
 
     # sampling
-    def _query(self) -> list[list[str]] | None:
-        fields = list(QUERY) + ([self._reason_field] if self._reason_field else [])
+    def _run_query(self, reason_field: str | None) -> subprocess.CompletedProcess | str:
+        fields = list(QUERY) + ([reason_field] if reason_field else [])
         argv = [self.command, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+            return subprocess.run(argv, capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            self.errors.append(f"nvidia-smi: {exc}")
-            return None
-        if done.returncode != 0:
-            if self._reason_field is not None:  # an older or newer driver: try the other name, then none
-                i = REASON_FIELDS.index(self._reason_field) + 1
-                self._reason_field = REASON_FIELDS[i] if i < len(REASON_FIELDS) else None
-                return self._query()
-            self.errors.append(f"nvidia-smi exited {done.returncode}: {done.stdout.strip()[-200:]}")
-            return None
-        return [[p.strip() for p in line.split(",")] for line in done.stdout.splitlines() if line.strip()]
+            return f"nvidia-smi: {exc}"
+
+    def _query(self) -> list[list[str]] | None:
+        """One sample of every GPU. A query that fails with the reason field is tried with the other name
+        and without it (an older or newer driver); the field is changed only when another query answers,
+        so a failure that has nothing to do with the field (exit 9: no driver) keeps the reasons."""
+        candidates = [self._reason_field]
+        if self._reason_field is not None:
+            candidates += [f for f in REASON_FIELDS if f != self._reason_field] + [None]
+        failure = None
+        for reason_field in candidates:
+            done = self._run_query(reason_field)
+            if isinstance(done, str):
+                failure = done
+                break  # the binary itself did not run: another field would not help
+            if done.returncode == 0:
+                self._reason_field = reason_field
+                return [
+                    [p.strip() for p in line.split(",")] for line in done.stdout.splitlines() if line.strip()
+                ]
+            if failure is None:
+                text = (done.stdout.strip() or done.stderr.strip())[-200:]
+                failure = f"nvidia-smi exited {done.returncode}: {text}"
+        self.errors.append(failure or "nvidia-smi: no answer")
+        self.failed_queries += 1
+        return None
 
     def sample(self) -> None:
         t = round(time.monotonic() - self._started, 3)
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        self.queries += 1
         for parts in self._query() or []:
             values = [_number(p) for p in parts]
             values += [None] * (len(QUERY) + 1 - len(values))
@@ -136,7 +155,7 @@ class Recorder:
                 writer.writeheader()
                 writer.writerows(self.rows)
         return summarize(self.rows, self.windows, self.command, self.path.name if self.rows else None,
-                         self.interval_s, self.errors)  # fmt: skip
+                         self.interval_s, self.errors, self.queries, self.failed_queries)  # fmt: skip
 
     def __enter__(self) -> Recorder:
         return self.start()
@@ -146,11 +165,20 @@ class Recorder:
 
 
 def summarize(rows: list[dict], windows: list[dict], command: str | None, file: str | None,
-              interval_s: float, errors: list[str] | None = None) -> dict:  # fmt: skip
-    """The record's telemetry block: source, file, per-GPU ranges, windows and warnings."""
+              interval_s: float, errors: list[str] | None = None, queries: int = 0,
+              failed: int = 0) -> dict:  # fmt: skip
+    """The record's telemetry block: source, file, per-GPU ranges, windows and warnings. nvidia-smi that is
+    there but never answered is source "failed" with a warning, never a healthy run without throttling."""
     if not command:
         return {"source": "none", "file": None, "samples": 0, "warnings": [],
                 "note": "no nvidia-smi here (no GPU access): no telemetry"}  # fmt: skip
+    errors = errors or []
+    if not rows:
+        why = errors[0] if errors else "no GPU reported"
+        return {"source": "failed", "file": None, "interval_s": interval_s, "samples": 0, "windows": windows,
+                "warnings": [f"GPU telemetry failed: {queries} nvidia-smi queries, no sample ({why}); "
+                             "throttling and power caps were not observed"],
+                "errors": errors[:5], "note": "nvidia-smi is here but did not answer"}  # fmt: skip
     gpus: dict[str, dict] = {}
     for gpu in sorted({r["gpu"] for r in rows}):
         mine = [r for r in rows if r["gpu"] == gpu]
@@ -165,10 +193,14 @@ def summarize(rows: list[dict], windows: list[dict], command: str | None, file: 
             "util_pct_mean": round(sum(util) / len(util), 1) if util else None,
             "mem_used_mib_max": max(values("mem_used_mib"), default=None),
         }  # fmt: skip
+    found = warnings(rows, windows)
+    if failed:
+        found.append(
+            f"GPU telemetry incomplete: {failed} of {queries} nvidia-smi queries failed ({errors[0]})"
+        )
     return {
         "source": "nvidia-smi", "file": file, "interval_s": interval_s, "samples": len(rows),
-        "gpus": gpus, "windows": windows, "warnings": warnings(rows, windows),
-        "errors": (errors or [])[:5],
+        "gpus": gpus, "windows": windows, "warnings": found, "errors": errors[:5],
     }  # fmt: skip
 
 

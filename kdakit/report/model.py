@@ -118,16 +118,45 @@ def _points(record: dict | None) -> dict:
     return {(p["input_len"], p["output_len"], p["concurrency"]): p for p in record["metrics"]["points"]}
 
 
+# The per-visit numbers the report gives an interval for: (key, label, the point's field or the runs' field).
+VISIT_METRICS = (
+    ("output_throughput", "output tok/s", "median_output_throughput", "output_throughput"),
+    ("total_throughput", "total tok/s", "median_total_throughput", "total_throughput"),
+    ("median_ttft_ms", "median TTFT", None, "median_ttft_ms"),
+    ("median_tpot_ms", "median TPOT", None, "median_tpot_ms"),
+    ("accept_length", "accept length", "accept_length", "accept_length"),
+)
+
+
+def visit_value(point: dict, metric: str = "output_throughput") -> float | None:
+    """One visit's number for a metric: the point's median over its runs."""
+    _key, _label, field_name, run_field = next(m for m in VISIT_METRICS if m[0] == metric)
+    if field_name and point.get(field_name) is not None:
+        return point[field_name]
+    values = [r[run_field] for r in point.get("runs", []) if isinstance(r.get(run_field), int | float)]
+    return results.median(values) if values else None
+
+
 @dataclass
 class Visits:
-    """One arm's measurements of one point across every record (repeat) that has it, oldest first."""
+    """One arm's measurements of one point across every record (visit) that has it, oldest first."""
 
     points: list  # point dicts
     created: list  # the records' creation times
+    ids: list = field(default_factory=list)  # each point's visit id (the record's visit, else its repeat)
 
     @property
     def ok(self) -> list[dict]:
         return [p for p in self.points if p["status"] == "ok"]
+
+    def by_visit(self, metric: str = "output_throughput") -> dict:
+        """visit id -> the visit's value, for the visits whose point succeeded."""
+        ids = self.ids or list(range(1, len(self.points) + 1))
+        found = {}
+        for visit, p in zip(ids, self.points, strict=True):
+            if p["status"] == "ok":
+                found[visit] = visit_value(p, metric)
+        return found
 
     def value(self) -> tuple[float | None, str]:
         """(output tok/s, text): one visit's median (the PR's number), or the median of the visits' medians;
@@ -156,9 +185,17 @@ class Visits:
         return (min(values), max(values)) if values else None
 
 
+def visit_id(record: dict, ordinal: int) -> int:
+    """The visit a record belongs to: the one the orchestrator named (`visit`), else its repeat index in its
+    folder, else its place among the arm's records (records from before either was kept)."""
+    m = record["metrics"]
+    return int(m.get("visit") or m.get("repeat_index") or ordinal)
+
+
 def _visits(records: list[dict], key: tuple) -> Visits:
-    found = [(r["created"], _points(r).get(key)) for r in records]
-    return Visits([p for _, p in found if p is not None], [t for t, p in found if p is not None])
+    found = [(r["created"], _points(r).get(key), visit_id(r, k)) for k, r in enumerate(records, 1)]
+    found = [f for f in found if f[1] is not None]
+    return Visits([p for _, p, _ in found], [t for t, _, _ in found], [v for _, _, v in found])
 
 
 def _point_value(point: dict | None) -> tuple[float | None, str]:
@@ -166,38 +203,44 @@ def _point_value(point: dict | None) -> tuple[float | None, str]:
     return Visits([point] if point else [], []).value()
 
 
-def arm_comparison(triton: Visits, helion: Visits) -> tuple[stats.RatioCI | None, str]:
-    """The helion/triton ratio interval and how it was formed ('paired over k visits', 'runs ...')."""
-    t_ok, h_ok = triton.ok, helion.ok
-    if not t_ok or not h_ok:
-        return None, "not measured for both arms"
-    try:
-        if len(t_ok) > 1 and len(h_ok) > 1:
-            k = min(len(t_ok), len(h_ok))
-            t_vals = [p["median_output_throughput"] for p in t_ok[:k]]
-            h_vals = [p["median_output_throughput"] for p in h_ok[:k]]
-            return stats.paired_ratio_ci(t_vals, h_vals), f"paired over {k} visits"
-        t_runs = [r["output_throughput"] for p in t_ok for r in p["runs"]]
-        h_runs = [r["output_throughput"] for p in h_ok for r in p["runs"]]
-        return stats.unpaired_ratio_ci(t_runs, h_runs), f"runs {len(t_runs)} vs {len(h_runs)} (unpaired)"
-    except ValueError:
-        return None, "no positive values"
+def arm_comparison(
+    triton: Visits,
+    helion: Visits,
+    band_pct: float = 1.0,
+    metric: str = "output_throughput",
+    confidence: float = stats.CONFIDENCE,
+) -> tuple[stats.Judgement, str]:
+    """helion/triton judged over visits matched by visit id (a visit missing or failed in either arm drops
+    its pair), and how it was formed. One visit per arm: the runs' interval, never a decisive verdict."""
+    t_by, h_by = triton.by_visit(metric), helion.by_visit(metric)
+    if not t_by or not h_by or all(v is None for v in t_by.values()) or all(v is None for v in h_by.values()):
+        return stats.Judgement(stats.NO_DATA, "no data"), "not measured for both arms"
+    ids = sorted(set(t_by) | set(h_by))
+    judged = stats.judge_pairs([t_by.get(v) for v in ids], [h_by.get(v) for v in ids], band_pct,
+                               confidence=confidence)  # fmt: skip
+    n = judged.ci.n if judged.ci else 0
+    if len(triton.ok) == 1 and len(helion.ok) == 1 and metric == "output_throughput":
+        t_runs = [r["output_throughput"] for r in triton.ok[0]["runs"]]
+        h_runs = [r["output_throughput"] for r in helion.ok[0]["runs"]]
+        one = stats.judge_one_visit(t_runs, h_runs, band_pct)
+        if one.kind != stats.NO_DATA and judged.kind in (stats.CANNOT_TELL, stats.NO_DATA):
+            return one, f"runs {len(t_runs)} vs {len(h_runs)} of one visit per arm (Welch, unpaired)"
+    return judged, f"paired by visit id over {n} visit(s)"
 
 
-def aa_control(*arms: Visits) -> stats.RatioCI | None:
-    """Run 2 / run 1 of the same arm within one visit, over every visit of the given arms."""
+def aa_control(*arms: Visits, band_pct: float = 1.0) -> tuple[stats.Judgement | None, int]:
+    """A/A: visits of the same arm across fresh server starts (visit 2 / visit 1, visit 4 / visit 3, ...
+    of each arm), judged like an arm comparison; and the visits per arm it stands on (None: one visit)."""
     first, second = [], []
     for visits in arms:
-        for p in visits.ok:
-            if len(p["runs"]) >= 2:
-                first.append(p["runs"][0]["output_throughput"])
-                second.append(p["runs"][1]["output_throughput"])
+        by = visits.by_visit()
+        ids = sorted(v for v in by if by[v] is not None)
+        for a, b in zip(ids[0::2], ids[1::2], strict=False):
+            first.append(by[a])
+            second.append(by[b])
     if not first:
-        return None
-    try:
-        return stats.paired_ratio_ci(first, second)
-    except ValueError:
-        return None
+        return None, 0
+    return stats.judge_pairs(first, second, band_pct, what="A/A pairs", aa_floor=False), len(first)
 
 
 def interleaved(triton: Visits, helion: Visits) -> bool:
@@ -208,54 +251,73 @@ def interleaved(triton: Visits, helion: Visits) -> bool:
     return all(a != b for a, b in zip(order, order[1:], strict=False))
 
 
-def band_of(protocol: str) -> float:
+def protocol_used(protocol: str, records: list[dict]) -> dict:
+    """The protocol definition the runs used: what their records kept (the --protocols file they were
+    given), else, for records from before that was kept, the built-in bench/protocols.toml's."""
+    for record in reversed(records):
+        kept = record["metrics"].get("protocol_definition")
+        if kept:
+            return kept
     from kdakit.bench.serving import load_protocols
 
     found = load_protocols().get(protocol)
-    return found.band_pct if found else 1.0
+    if found is None:
+        return {"band_pct": 1.0, "points": [], "source_file": "unknown protocol"}
+    return {
+        "band_pct": found.band_pct, "repeats": found.repeats, "runs": found.runs,
+        "points": [dict(vars(p)) for p in found.points], "source_file": "bench/protocols.toml (built in)",
+    }  # fmt: skip
+
+
+def band_of(protocol: str, records: list[dict] = ()) -> float:
+    return float(protocol_used(protocol, list(records))["band_pct"])
+
+
+def protocol_points(name: str, records: list[dict] = ()) -> set[tuple[int, int, int]]:
+    """The points of the protocol the runs used, so that a point no arm measured still shows as missing."""
+    points = protocol_used(name, list(records))["points"]
+    return {(p["input_len"], p["output_len"], p["concurrency"]) for p in points}
 
 
 # ---- sections
 
 
-def protocol_points(name: str) -> set[tuple[int, int, int]]:
-    """The points a bench protocol defines, so that a point no arm measured still shows as missing."""
-    from kdakit.bench.serving import load_protocols
-
-    protocol = load_protocols().get(name)
-    return {(p.input_len, p.output_len, p.concurrency) for p in protocol.points} if protocol else set()
-
-
 def serving_rows(c: Collected, published: dict) -> list[dict]:
-    """One row per (group, point): ours per arm, change, published per arm, deviations."""
+    """One row per (group, point): ours per arm, change, published per arm, deviations, judgements."""
     pub = {
         (r["sku"], r["input_len"], r["output_len"], r["concurrency"]): r for r in published["serving"]["rows"]
     }
     rows = []
     for (run_id, sku, host, protocol), by_arm in sorted(c.serving.items()):
         records = {arm: by_arm.get(arm, []) for arm in ARMS}
-        keys = {k for arm in ARMS for r in records[arm] for k in _points(r)} | protocol_points(protocol)
+        everything = sorted((r for arm in ARMS for r in records[arm]), key=lambda r: r["created"])
+        keys = {k for arm in ARMS for r in records[arm] for k in _points(r)}
+        keys |= protocol_points(protocol, everything)
         compare = protocol == published["serving"]["protocol"]  # published rows only beside their protocol
         if compare:
             keys |= {(i, o, cc) for (s, i, o, cc) in pub if s == sku}
-        band = band_of(protocol)
+        band = band_of(protocol, everything)
+        family = stats.family_confidence(len(keys))  # a claim over these points (stats.claim_kinds)
         for key in sorted(keys):
             visits = {arm: _visits(records[arm], key) for arm in ARMS}
             triton, triton_text = visits["triton"].value()
             helion, helion_text = visits["helion"].value()
-            ci, basis = arm_comparison(visits["triton"], visits["helion"])
-            aa = aa_control(visits["triton"], visits["helion"])
-            verdict = stats.verdict(ci, band) if ci else "no data"
-            if ci and not ci.paired and ci.half_width_pct is not None:
-                verdict += f"; these runs resolve ±{ci.half_width_pct:.2f} %"
+            judged, basis = arm_comparison(visits["triton"], visits["helion"], band)
+            for_claim, _ = arm_comparison(visits["triton"], visits["helion"], band, confidence=family)
+            others = {m[0]: arm_comparison(visits["triton"], visits["helion"], band, m[0])[0]
+                      for m in VISIT_METRICS[1:]}  # fmt: skip
+            aa, aa_pairs = aa_control(visits["triton"], visits["helion"], band_pct=band)
             p = pub.get((sku, *key)) if compare else None
             rows.append(
                 {
                     "run_id": run_id, "sku": sku, "host": host, "protocol": protocol, "key": key,
                     "triton": triton, "helion": helion,
                     "triton_text": triton_text, "helion_text": helion_text,
-                    "visits": visits, "ci": ci, "ci_basis": basis, "verdict": verdict, "band": band,
-                    "aa": aa, "aa_verdict": stats.verdict(aa, band) if aa else "no A/A pair",
+                    "visits": visits, "judged": judged, "ci": judged.ci, "ci_basis": basis,
+                    "verdict": judged.text, "kind": judged.kind, "band": band, "others": others,
+                    "claim_kind": for_claim.kind, "family_confidence": family,
+                    "aa_judged": aa, "aa": aa.ci if aa else None, "aa_pairs": aa_pairs,
+                    "aa_verdict": aa.text if aa else "no A/A: one visit per arm",
                     "interleaved": interleaved(visits["triton"], visits["helion"]),
                     "spread_triton": visits["triton"].spread(), "spread_helion": visits["helion"].spread(),
                     "change": results.change_pct(triton, helion),
@@ -317,8 +379,15 @@ def _kernel_value(row: dict | None) -> tuple[float | None, str]:
     return row["median_us"], f"{row['median_us']:.2f}"
 
 
+PR_METHOD = "PR's method (medians of runs, no interval)"
+
+
 def judge(claim: dict, serving: list[dict], kernels: list[dict]) -> tuple[str, str]:
-    """(verdict, evidence) for one published claim against our rows of that SKU (and phase)."""
+    """(verdict, evidence) for one published claim against our rows of that SKU (and phase).
+
+    A serving claim is judged on the points' interval verdicts only; the PR's method (the medians' change)
+    is given beside it in the evidence, labelled, and never decides. Kernel records keep medians without a
+    spread, so a kernel claim can only be judged by the PR's method, and its verdict says so."""
     rows = serving if claim["kind"] == "serving" else kernels
     rows = [
         r
@@ -330,9 +399,6 @@ def judge(claim: dict, serving: list[dict], kernels: list[dict]) -> tuple[str, s
     if not measured:
         return "no data", f"no {claim['sku']} {claim['kind']} point measured for both arms"
     rule = claim["rule"]
-    cis = [r.get("ci") for r in measured]
-    if rule == "within" and cis and all(ci is not None and ci.paired and ci.low is not None for ci in cis):
-        return _judge_by_ci(claim, measured, unmeasured)
     if rule == "within":
         ok = [abs(r["change"]) <= claim["limit"] for r in measured]
     elif rule == "below":
@@ -342,40 +408,42 @@ def judge(claim: dict, serving: list[dict], kernels: list[dict]) -> tuple[str, s
     else:
         raise UsageError(f"published.toml: unknown claim rule {rule!r}")
     changes = ", ".join(fmt_pct(r["change"]) for r in measured)
-    evidence = f"{sum(ok)} of {len(measured)} measured points agree (changes {changes})"
-    if unmeasured:
-        evidence += f"; {unmeasured} point(s) missing or failed"
-    if rule == "within" and any(r.get("ci") for r in measured):
-        verdicts = [r["verdict"].split(" ", 1)[0] for r in measured]
-        resolve = [r["ci"].half_width_pct for r in measured if r.get("ci") and r["ci"].half_width_pct]
-        evidence += (
-            f"; 95 % CIs: {verdicts.count('within')} within, {verdicts.count('different')} different, "
-            f"{verdicts.count('inconclusive')} inconclusive"
-        )
-        if resolve:
-            evidence += f" (these runs resolve ±{min(resolve):.2f}–{max(resolve):.2f} %)"
-    if all(ok):
-        return ("holds" if not unmeasured else "holds where measured"), evidence
-    return "does not hold", evidence
+    pr_method = f"{PR_METHOD}: {sum(ok)} of {len(measured)} measured points agree (changes {changes})"
+    missing = f"; {unmeasured} point(s) missing or failed" if unmeasured else ""
+    if claim["kind"] == "serving" and rule == "within":
+        return _judge_by_intervals(claim, measured, unmeasured, pr_method)
+    verdict = ("holds" if not unmeasured else "holds where measured") if all(ok) else "does not hold"
+    return f"{verdict} by the PR's method", pr_method + missing
 
 
-def _judge_by_ci(claim: dict, measured: list[dict], unmeasured: int) -> tuple[str, str]:
-    """A ±limit claim on paired intervals: a point agrees when its CI lies inside the band, disagrees when
-    its CI lies wholly outside it, and is inconclusive otherwise."""
-    lo, hi = 1 - claim["limit"] / 100, 1 + claim["limit"] / 100
-    inside = [lo <= r["ci"].low and r["ci"].high <= hi for r in measured]
-    outside = [r["ci"].high < lo or r["ci"].low > hi for r in measured]
+def _judge_by_intervals(
+    claim: dict, measured: list[dict], unmeasured: int, pr_method: str
+) -> tuple[str, str]:
+    """A ±limit claim on the points' verdicts (stats.claim_kinds, the rule the calibration simulates)."""
+    kinds = [r["kind"] for r in measured]
+    count = {k: kinds.count(k) for k in stats.KINDS}
+    family_outside = sum(r["claim_kind"] == stats.OUTSIDE for r in measured)
+    b = f"±{claim['limit']:g} %"
     evidence = (
-        f"{sum(inside)} of {len(measured)} points with the 95 % CI inside ±{claim['limit']:g} %, "
-        f"{sum(outside)} outside (CIs {', '.join(stats.fmt_ci(r['ci']) for r in measured)})"
+        f"95 % intervals: {count[stats.WITHIN]} within {b}, {count[stats.INSIDE]} different but inside, "
+        f"{count[stats.OUTSIDE]} outside, {count[stats.CANNOT_TELL] + count[stats.NO_DATA]} cannot tell "
+        f"(of {len(measured)} measured points); {family_outside} outside at the claim's "
+        f"{100 * measured[0]['family_confidence']:.1f} % per point (95 % over its points)"
     )
     if unmeasured:
         evidence += f"; {unmeasured} point(s) missing or failed"
-    if any(outside):
-        return "does not hold", evidence
-    if all(inside):
+    evidence += f". {pr_method}"
+    verdict = str(stats.claim_kinds([kinds], [[r["claim_kind"] for r in measured]])[0])
+    if verdict == stats.HOLDS:
         return ("holds" if not unmeasured else "holds where measured"), evidence
-    return "inconclusive", evidence
+    if verdict == stats.DOES_NOT_HOLD:
+        return verdict, evidence
+    more = [r["judged"].more_visits for r in measured if r["judged"].more_visits]
+    if more:
+        m = max(more)
+        m_text = f"more than {stats.MAX_MORE_VISITS}" if m > stats.MAX_MORE_VISITS else str(m)
+        return f"cannot tell at this noise: {m_text} more visits would settle it", evidence
+    return "cannot tell at this noise", evidence
 
 
 def visits_repeats_text(visits: dict) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 
 from kdakit.report.model import PLOTS_DIR, Plot, Section, Table
 
@@ -29,32 +30,39 @@ def to_markdown(sections: list[Section], title: str) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-CSS = """body{font-family:system-ui,sans-serif;margin:2rem;max-width:80rem;color:#222}
-table{border-collapse:collapse;margin:.5rem 0 1rem;font-size:.9rem}
-th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:right}th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left}.holds{color:#17692c;font-weight:600}
-.nothold{color:#b00020;font-weight:600}.missing{color:#999;font-style:italic}img{max-width:100%}"""
+CSS = """body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:80rem;padding:0 1rem;color:#222}
+table{border-collapse:collapse;margin:.5rem 0 1rem;font-size:.85rem;max-width:100%}
+th,td{border:1px solid #ccc;padding:.25rem .4rem;text-align:left;overflow-wrap:anywhere;vertical-align:top}
+th{background:#f3f3f3}td.num{text-align:right;white-space:nowrap}
+.holds{color:#17692c;font-weight:600}.inside{color:#1f4e9a;font-weight:600}
+.nothold{color:#b00020;font-weight:600}.missing{color:#777;font-style:italic}
+figure{margin:.5rem 0 1rem}img{max-width:100%;height:auto}"""
+
+# The styling follows the meaning: only a result outside the band (or a claim that does not hold) is red;
+# "different but inside the band" is a difference that the claim allows.
+_NOT_MEASURED = ("missing", "failed", "hung", "timed out", "not published", "n/a", "no data")
+
+
+def cell_class(text: str) -> str | None:
+    text = str(text)
+    if text in ("holds", "holds where measured", "holds by the PR's method") or text.startswith("within ±"):
+        return "holds"
+    if text.startswith("different but inside"):
+        return "inside"
+    if text.startswith(("does not hold", "outside ±")):
+        return "nothold"
+    if text.split(":")[0] in _NOT_MEASURED or text.startswith(("cannot tell", "no A/A")):
+        return "missing"
+    return None
+
+
+_NUMBER = re.compile(r"[-+]?\d[\d.,]*%?( [(\[][^ ]*[)\]])?|[-+]?\d[\d.]* \[[\d., ]+\]|\d+ / \d+.*")
 
 
 def _html_cell(text: str) -> str:
     t = html.escape(str(text))
-    text = str(text)
-    if text in ("holds", "holds where measured") or text.startswith("within ±"):
-        return f'<td class="holds">{t}</td>'
-    if text == "does not hold" or text.startswith("different ("):
-        return f'<td class="nothold">{t}</td>'
-    if text.split(":")[0] in (
-        "missing",
-        "failed",
-        "hung",
-        "timed out",
-        "not published",
-        "n/a",
-        "no data",
-        "inconclusive",
-    ) or (text.startswith("inconclusive at")):
-        return f'<td class="missing">{t}</td>'
-    return f"<td>{t}</td>"
+    css = cell_class(text) or ("num" if _NUMBER.fullmatch(str(text)) else None)
+    return f'<td class="{css}">{t}</td>' if css else f"<td>{t}</td>"
 
 
 def _inline_md(text: str) -> str:

@@ -10,6 +10,7 @@ from kdakit.measure.context import canonical_sku
 from kdakit.records import results, stats
 from kdakit.report.model import (
     ARMS,
+    VISIT_METRICS,
     Collected,
     Section,
     Table,
@@ -19,6 +20,7 @@ from kdakit.report.model import (
     judge,
     kernel_rows,
     load_published,
+    protocol_used,
     serving_rows,
     shape_label,
     visits_repeats_text,
@@ -126,33 +128,66 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
                 + (f". {extra}" if extra else "")
             )
         paired = [r for r in group if r["ci"] is not None and r["ci"].paired]
+        band = group[0]["band"] if group else 1.0
+        used = protocol_used(protocol, [r for arm in ARMS for r in by_arm.get(arm, [])])
+        serv.blocks.append(
+            f"Protocol {protocol} as the runs used it ({used.get('source_file', 'unknown')}): "
+            f"band ±{band:g} %, {len(used.get('points', []))} points."
+        )
         if paired:
             serv.blocks.append(
-                "Helion/Triton: 95 % CI over paired visits; visits "
+                "Helion/Triton: 95 % CI over visits paired by visit id (a visit missing or failed in either "
+                "arm drops its pair); visits "
                 + ("interleaved (ABAB…)." if all(r["interleaved"] for r in paired) else "NOT interleaved.")
             )
-        else:
-            serv.blocks.append(
-                "Helion/Triton: 95 % CI from the runs of one visit per arm (Welch t on log throughput); "
-                "the verdict says how large a difference these runs can resolve."
-            )
         serv.blocks.append(
-            "A/A: run 2 / run 1 of the same arm in the same visit (every visit, both arms): the noise floor."
+            f"Verdicts: within ±{band:g} % (the interval lies inside the band and includes 1), "
+            f"different but inside ±{band:g} % (inside the band, excludes 1), "
+            f"outside ±{band:g} % (wholly outside the band), "
+            "or cannot tell at this noise (with the visits that would settle it at the observed spread). "
+            f"No verdict is decisive with fewer than {stats.MIN_PAIRS} paired visits, and the spread behind "
+            "every interval is at least the A/A's (each arm's own visit-to-visit spread across fresh server "
+            f"starts) and at least {100 * stats.SPREAD_FLOOR_LOG:.1f} %. One visit per arm (the PR's "
+            "protocol) measures no visit-to-visit noise: its runs' interval is shown, never decisive. "
+            "A/A: visit 2 / visit 1, visit 4 / visit 3, ... of the same arm, judged the same way."
         )
-        table = Table(
-            ["Input / Output", "Concurrency", "Triton tok/s", "Helion tok/s", "Change",
-             "Published Triton", "Published Helion", "Published change", "Dev. Triton", "Dev. Helion",
-             "Repeats T / H", "Helion/Triton (95 % CI)", "Verdict", "A/A (95 % CI)", "A/A verdict"],
-            [
-                [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]), r["triton_text"], r["helion_text"],
-                 fmt_pct(r["change"]), fmt(r["pub_triton"], missing="not published"),
-                 fmt(r["pub_helion"], missing="not published"), fmt_pct(r["pub_change"]),
-                 fmt_pct(r["dev_triton"]), fmt_pct(r["dev_helion"]), visits_repeats_text(r["visits"]),
-                 stats.fmt_ci(r["ci"]), r["verdict"], stats.fmt_ci(r["aa"]), r["aa_verdict"]]
-                for r in group
-            ],
+        serv.blocks.append(
+            Table(
+                ["Input / Output", "C", "Triton tok/s", "Helion tok/s", "Change (PR's method)",
+                 "Published Triton", "Published Helion", "Published change", "Dev. Triton", "Dev. Helion"],
+                [
+                    [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]), r["triton_text"], r["helion_text"],
+                     fmt_pct(r["change"]), fmt(r["pub_triton"], missing="not published"),
+                     fmt(r["pub_helion"], missing="not published"), fmt_pct(r["pub_change"]),
+                     fmt_pct(r["dev_triton"]), fmt_pct(r["dev_helion"])]
+                    for r in group
+                ],
+            )
         )  # fmt: skip
-        serv.blocks.append(table)
+        serv.blocks.append(
+            Table(
+                ["Input / Output", "C", "Visits T / H", "Helion/Triton (95 % CI)", "Verdict",
+                 "A/A (95 % CI)", "A/A verdict"],
+                [
+                    [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]), visits_repeats_text(r["visits"]),
+                     stats.fmt_ci(r["ci"]), r["verdict"], stats.fmt_ci(r["aa"]), r["aa_verdict"]]
+                    for r in group
+                ],
+            )
+        )  # fmt: skip
+        serv.blocks.append(
+            "Other metrics, helion/triton per visit (95 % CI and verdict; TTFT and TPOT: below 1 is faster):"
+        )
+        serv.blocks.append(
+            Table(
+                ["Input / Output", "C"] + [label for _k, label, _f, _r in VISIT_METRICS[1:]],
+                [
+                    [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2])]
+                    + [_metric_cell(r["others"][k]) for k, _l, _f, _r in VISIT_METRICS[1:]]
+                    for r in group
+                ],
+            )
+        )  # fmt: skip
         if plots:
             name = f"serving-{run_id}-{host}-{protocol}.png"
             serv.blocks.append(throughput_plot(f"{sku} {host}: throughput vs concurrency", group, name))
@@ -291,6 +326,14 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
     return sections
 
 
+def _metric_cell(judged: stats.Judgement) -> str:
+    if judged.kind == stats.NO_DATA or judged.ci is None:
+        return "no data"
+    if judged.ci.n < stats.MIN_PAIRS:
+        return f"{judged.ci.ratio:.4f} ({judged.ci.n} paired visit(s): cannot tell)"
+    return f"{stats.fmt_ci(judged.ci)} {judged.text}"
+
+
 def _gsm8k_published(record: dict, published: dict) -> list[str]:
     """[published mean, deviation in points] for the record's protocol, GPU and arm, or why there is none."""
     m = record["metrics"]
@@ -386,7 +429,8 @@ def telemetry_section(c: Collected, plots: bool) -> Section:
             path, tel["source"], str(tel["samples"]), str(len(gpus)),
             f"{min(sm):.0f}–{max(sm_hi):.0f}" if sm and sm_hi else "—",
             f"{max(power):.0f}" if power else "—", f"{max(temp):.0f}" if temp else "—",
-            f"{len(tel['warnings'])} warning(s)" if tel["warnings"] else "none",
+            "not observed: telemetry failed" if tel["source"] == "failed"
+            else f"{len(tel['warnings'])} warning(s)" if tel["warnings"] else "none",
         ])  # fmt: skip
         warned += [f"{path}: {w}" for w in tel["warnings"]]
         file = _telemetry_file(c, record) if plots else None

@@ -4,10 +4,12 @@
 State comes from the JSON file named by $FAKE_NVIDIA_SMI (all keys optional):
   {"gpus": 4, "name": "NVIDIA H200", "driver": "580.65.06", "sm_mhz": 1980, "power_w": 420,
    "power_limit_w": 700, "throttle_from_call": null, "throttle_gpu": 0, "reasons": "0x4",
-   "throttled_sm_mhz": 1400, "old_driver": false}
+   "throttled_sm_mhz": 1400, "old_driver": false, "fail_calls": [], "fail_always": false}
 Call k (counted in <state>.calls) reports GPU `throttle_gpu` with `reasons`, `throttled_sm_mhz` and power at
 its limit once k >= throttle_from_call. With "old_driver", clocks_event_reasons.active is refused the way
-an older nvidia-smi refuses an unknown field (exit 2), and clocks_throttle_reasons.active answers.
+an older nvidia-smi refuses an unknown field (exit 2), and clocks_throttle_reasons.active answers. Calls
+listed in "fail_calls" (or every call with "fail_always") fail the way nvidia-smi does when it cannot reach
+the driver (exit 9).
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def main(argv: list[str]) -> int:
     calls = state_path.with_name(state_path.name + ".calls")
     call = int(calls.read_text()) + 1 if calls.is_file() else 1
     calls.write_text(str(call))
+    if state.get("fail_always") or call in state.get("fail_calls", []):
+        print("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.")
+        return 9
     throttle_from = state.get("throttle_from_call")
     rows = []
     for gpu in range(int(state.get("gpus", 4))):
