@@ -12,10 +12,13 @@ import random
 import sys
 from pathlib import Path
 
+from kdakit.facts import profiles
 from kdakit.records import results
+from kdakit.report.model import ARMS
 
 RUN_ID = "sample-synthetic"
-HOST = "h200-sample"
+SKU = profiles.default_sku()  # the published numbers the sample sits beside
+HOST = f"{SKU}-sample"
 PROVENANCE = {
     "kdakit_version": "sample",
     "git_sha": None,
@@ -98,7 +101,7 @@ def write_sample(root: Path) -> Path:
     published = {
         (r["input_len"], r["output_len"], r["concurrency"]): r
         for r in load_published()["serving"]["rows"]
-        if r["sku"] == "H200"
+        if r["sku"].lower() == SKU
     }
     base = Path(root) / RUN_ID / HOST
     rng = random.Random(25)
@@ -106,8 +109,8 @@ def write_sample(root: Path) -> Path:
     for name, noise in (("pr", 0.01), ("rigorous", 0.004)):
         protocol = protocols[name]
         for visit in range(1, protocol.repeats + 1):
-            for arm in ("triton", "helion"):
-                failed = {(4096, 1024, 16)} if (name, arm, visit) == ("rigorous", "triton", 3) else set()
+            for arm in ARMS:
+                failed = {(4096, 1024, 16)} if (name, arm, visit) == ("rigorous", ARMS[0], 3) else set()
                 metrics = {
                     "dataset": "random-ids",
                     "backend": protocol.backend,
@@ -122,7 +125,7 @@ def write_sample(root: Path) -> Path:
                     "serving",
                     run_id=RUN_ID,
                     host=HOST,
-                    sku="H200",
+                    sku=SKU,
                     arm=arm,
                     protocol=name,
                     metrics=metrics,
@@ -145,10 +148,10 @@ def write_sample(root: Path) -> Path:
         "kernels",
         run_id=RUN_ID,
         host=HOST,
-        sku="H200",
+        sku=SKU,
         arm="both",
         protocol="pr",
-        metrics={"gpu": "NVIDIA H200", "rows": rows},
+        metrics={"gpu": profiles.sku(SKU).gpu_model, "rows": rows},
         provenance=PROVENANCE,
     )
     results.write_result(base / "kernels" / "kernels.result.json", record)
@@ -166,7 +169,7 @@ def write_sample(root: Path) -> Path:
             "gsm8k",
             run_id=RUN_ID,
             host=HOST,
-            sku="H200",
+            sku=SKU,
             arm="helion",
             protocol="pr",
             metrics=metrics,
