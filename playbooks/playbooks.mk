@@ -57,6 +57,8 @@ endef
 preflight: setup ## One table of every host's checks (GPUs, driver, NVIDIA runtime, Docker, weights, bench data, disk) and the builder; nothing else runs. Vars: SKU=h200 INVENTORY= PREFLIGHT_BUILD=1 (check the image builder too)
 	@$(call kdakit_preflight,$(SKU),$(if $(PREFLIGHT_BUILD),--build))
 
+# With SCHEDULER=slurm, slurm/slurm.mk defines these steps as Slurm jobs instead.
+ifneq ($(SCHEDULER),slurm)
 deploy-h200: setup ## Preflight, load the image, start the server on the H200 hosts. Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
 	@$(call kdakit_preflight,h200,--hosts-only)
 	@$(if $(DRY_RUN),,$(call kdakit_latest,$(NEW_RUN_ID)))
@@ -86,6 +88,8 @@ ab-h200: setup ## Preflight, then A/B on the H200 hosts: triton arm then helion 
 ab-b200: setup ## Preflight, then A/B on the B200 hosts: triton arm then helion arm (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS="triton helion" BENCH_PROTOCOL=
 	@$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,b200,--gate --arms $(words $(ARMS))))
 	@$(call kdakit_ab,b200)
+
+endif
 
 lint-playbooks: setup ## yamllint, ansible-lint --offline and a syntax check of every playbook
 	$(VENV)/bin/yamllint -s -c playbooks/.yamllint playbooks

@@ -1,0 +1,304 @@
+"""The Slurm path without a cluster: settings, the generated job scripts (both runtimes; the pyxis one is
+proved only here, by its flags and bash's own syntax check), and how Slurm's answers become one-line causes
+and per-node outcomes. tests/test_playbooks_cluster.py runs it on a real slurmctld and slurmd."""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from kdakit.errors import UsageError
+from kdakit.slurm import jobs, run, script, settings
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _visit(tmp_path, **kw) -> script.Visit:
+    base = dict(run_id="r1", arm="helion", sku="h200", run_dir=tmp_path / "results" / "r1",
+                steps=("deploy", "eval-gsm8k", "bench"))  # fmt: skip
+    return script.Visit(**{**base, **kw})
+
+
+def _bash_syntax_ok(text: str, tmp_path: Path) -> None:
+    path = tmp_path / "job.sbatch"
+    path.write_text(text)
+    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+# Settings
+
+
+def test_settings_file_and_overrides(tmp_path):
+    path = tmp_path / "site.toml"
+    path.write_text('partition = "gpu"\nnodes = 2\nextra_sbatch = ["--constraint=h200"]\n')
+    s = settings.load(path, ["account=ops", "exclusive=false", "pending_timeout_s=30"])
+    assert (s.partition, s.nodes, s.account, s.exclusive, s.pending_timeout_s) == (
+        "gpu",
+        2,
+        "ops",
+        False,
+        30.0,
+    )
+    assert s.extra_sbatch == ["--constraint=h200"]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["colour=blue"], "unknown slurm setting(s) colour"),
+        (["runtime=podman"], "slurm runtime 'podman': expected one of docker, pyxis"),
+        (["runtime=pyxis"], "slurm runtime pyxis needs squashfs"),
+        (["nodes=two"], "slurm setting nodes='two': expected int"),
+        (["exclusive=maybe"], "expected true or false"),
+        (["partition"], "expected KEY=VALUE"),
+    ],
+)
+def test_settings_refuse_bad_input(overrides, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        settings.load(None, overrides)
+
+
+def test_settings_example_file_loads_and_names_every_setting():
+    example = REPO / "slurm" / "site.example.toml"
+    loaded = settings.load(example)
+    assert loaded == settings.SlurmSettings()  # the example states the defaults
+    text = example.read_text()
+    for name in settings.SlurmSettings.__dataclass_fields__:
+        assert f"\n# {name} =" in text or f"\n{name} =" in text, f"{name} is not documented in {example}"
+
+
+# Scripts
+
+
+def test_docker_script_options_and_syntax(tmp_path):
+    s = settings.load(None, ["partition=gpu", "account=ops", "nodes=2", "bench_dataset=random"])
+    text = script.render(s, _visit(tmp_path, nodelist="h[1-2]"))
+    lines = text.splitlines()
+    sbatch = [line.removeprefix("#SBATCH ") for line in lines if line.startswith("#SBATCH ")]
+    assert sbatch[:5] == ["--job-name=kdakit-r1-helion-v1", "--nodes=2", "--ntasks-per-node=1",
+                          "--gpus-per-node=4", "--exclusive"]  # fmt: skip
+    for want in ("--partition=gpu", "--account=ops", "--nodelist=h[1-2]", "--no-requeue"):
+        assert want in sbatch
+    assert f"--output={tmp_path}/results/r1/slurm/kdakit-r1-helion-v1-%j.out" in sbatch
+    # the server: kdakit serve for the SKU and arm, at the profile's port, from the kit's image
+    assert "SERVER_ARGS=(serve --sku h200 --arm helion --port 30000 --results /results)" in lines
+    assert "URL=http://127.0.0.1:30000" in lines
+    assert '"$DOCKER" run -d --name "$SERVER"' in text and "--container-image" not in text
+    assert "trap on_exit EXIT" in text and '"$DOCKER" rm -f "$SERVER"' in text
+    assert "BENCH_ARGS=(--protocol pr --dataset random-ids)" in lines
+    _bash_syntax_ok(text, tmp_path)
+
+
+def test_time_limit_comes_from_the_protocols_bounds(tmp_path):
+    """Readiness wait + every GSM8K run + every bench client run (with warm-up) at their run_timeout_s +
+    margin, read here straight from the protocol files."""
+    bench = tomllib.loads((REPO / "bench" / "protocols.toml").read_text())["protocol"]["pr"]
+    gsm8k = tomllib.loads((REPO / "evals" / "protocols.toml").read_text())["protocol"]["pr"]
+    s = settings.SlurmSettings()
+    want = (
+        s.server_ready_timeout_s
+        + gsm8k["runs"] * gsm8k["run_timeout_s"]
+        + len(bench["points"]) * (bench["runs"] + int(bench["warmup"])) * bench["run_timeout_s"]
+        + script.MARGIN_S
+    )
+    minutes = int(-(-want // 60))
+    text = script.render(s, _visit(tmp_path))
+    assert f"#SBATCH --time={minutes // 1440}-{minutes % 1440 // 60:02d}:{minutes % 60:02d}:00" in text
+    assert "#SBATCH --time=0:30:00" in script.render(
+        settings.load(None, ["time_limit=0:30:00"]), _visit(tmp_path)
+    )
+    assert script.slurm_time(61) == "0-00:02:00" and script.slurm_time(86400) == "1-00:00:00"
+
+
+def test_pyxis_script_runs_the_node_part_inside_the_squashfs(tmp_path):
+    """The pyxis path cannot run here: its script is checked for pyxis's srun flags and bash syntax."""
+    s = settings.load(
+        None, ["runtime=pyxis", "squashfs=/shared/kdakit-h200.sqsh", "mounts=/scratch:/scratch"]
+    )
+    visit = _visit(tmp_path)
+    text = script.render(s, visit)
+    (srun,) = [line for line in text.splitlines() if line.strip().startswith("exec srun")]
+    assert "--container-image=/shared/kdakit-h200.sqsh" in srun
+    assert srun.split("--container-mounts=")[1].split()[0].split(",") == [
+        f"{visit.run_dir}:{visit.run_dir}",
+        "/data/models/GLM-5.3-Flash:/models/GLM-5.3-Flash:ro",
+        "/data/datasets/ShareGPT_V3_unfiltered_cleaned_split.json:/data/sharegpt.json:ro",
+        "/scratch:/scratch",
+    ]
+    assert "--container-name=kdakit-$SLURM_JOB_ID" in srun
+    assert srun.endswith(f"bash {visit.script_path} node deploy eval-gsm8k bench")
+    assert "$DOCKER" not in text and "docker run" not in text
+    # inside the image: kdakit serve as a process beside the steps, the same readiness wait by PID
+    assert "SERVER_ARGS=(serve --sku h200 --arm helion --port 30000 --results '$OUT')" in text
+    assert '"${SERVER_ENTRYPOINT[@]}" "${SERVER_ARGS[@]}"' in text
+    assert '--pid "$(cat "$SERVER_PID_FILE")"' in text
+    _bash_syntax_ok(text, tmp_path)
+
+
+def test_pyxis_server_results_path_expands_on_the_node(tmp_path):
+    """'$OUT' is single-quoted in the array: it must expand when the server starts, not when rendered."""
+    s = settings.load(None, ["runtime=pyxis", "squashfs=/s.sqsh"])
+    text = script.render(s, _visit(tmp_path))
+    assert "SERVER_ARGS=(serve --sku h200 --arm helion --port 30000 --results '$OUT')" in text
+    assert 'SERVER_ARGS=("${SERVER_ARGS[@]//\\$OUT/$OUT}")' in text
+
+
+def test_enroot_import_command():
+    assert script.enroot_import_command(
+        "out/images/kdakit-h200.tar.zst", "kdakit:h200-abc", "/shared/k.sqsh"
+    ) == (
+        "zstd -dc out/images/kdakit-h200.tar.zst | docker load && "
+        "enroot import --output /shared/k.sqsh dockerd://kdakit:h200-abc"
+    )
+
+
+def test_unknown_step_is_refused(tmp_path):
+    with pytest.raises(UsageError, match="unknown step"):
+        script.render(settings.SlurmSettings(), _visit(tmp_path, steps=("deploy", "reboot")))
+
+
+# Slurm's answers
+
+
+class FakeSlurm:
+    """Answers Slurm's commands from a list of scontrol job lines (one per poll) and node records."""
+
+    def __init__(self, job_lines, nodes=None, sacct=""):
+        self.job_lines, self.nodes, self.sacct, self.calls = list(job_lines), nodes or {}, sacct, []
+
+    def __call__(self, argv):
+        self.calls.append(argv)
+        out, rc = "", 0
+        if argv[:3] == ["scontrol", "show", "job"]:
+            line = self.job_lines.pop(0) if len(self.job_lines) > 1 else self.job_lines[0]
+            out, rc = (line, 0) if line else ("", 1)
+        elif argv[:3] == ["scontrol", "show", "hostnames"]:
+            out = {"h[1-2]": "h1\nh2\n"}.get(argv[3], argv[3] + "\n")
+        elif argv[:3] == ["scontrol", "show", "node"]:
+            out = self.nodes.get(argv[4], "")
+        elif argv[0] == "sacct":
+            out = self.sacct
+        return subprocess.CompletedProcess(argv, rc, out, "")
+
+
+def _slurm(fake) -> jobs.Slurm:
+    clock = iter(range(0, 10_000, 10))
+    return jobs.Slurm(run=fake, clock=lambda: next(clock), sleep=lambda s: None)
+
+
+def _job(state, **kw) -> str:
+    fields = {"JobId": "7", "JobName": "kdakit-r1-helion-v1", "JobState": state, "Reason": "None",
+              "Restarts": "0", "NodeList": "h[1-2]", "Partition": "gpu", "TimeLimit": "00:01:00",
+              "ExitCode": "0:0", **kw}  # fmt: skip
+    return " ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def test_parse_fields_keeps_values_with_spaces():
+    fields = jobs.parse_fields("JobId=3 Reason=Not responding [slurm@2026-12-02T03:00:00] State=DOWN+DRAIN")
+    assert fields == {
+        "JobId": "3",
+        "Reason": "Not responding [slurm@2026-12-02T03:00:00]",
+        "State": "DOWN+DRAIN",
+    }
+
+
+def test_pending_past_the_bound_is_cancelled_with_slurms_reason():
+    fake = FakeSlurm([_job("PENDING", Reason="ReqNodeNotAvail,_UnavailableNodes:h2", NodeList="(null)")])
+    end = _slurm(fake).wait("7", pending_timeout_s=25, poll_s=1, say=lambda _: None)
+    assert end.state == "PENDING"
+    assert end.cause.startswith(
+        "job 7 still pending after 30 s (Slurm's reason: ReqNodeNotAvail,_UnavailableNodes:h2); cancelled."
+    )
+    assert ["scancel", "7"] in fake.calls
+
+
+def test_node_failure_names_the_node_and_its_reason():
+    fake = FakeSlurm(
+        [_job("RUNNING"), _job("NODE_FAIL", Reason="NodeDown")],
+        nodes={
+            "h2": "NodeName=h2 State=DOWN+NOT_RESPONDING Reason=kdakit fault test [root@2026-12-02T03:30:00]",
+            "h1": "NodeName=h1 State=IDLE Reason=(null)",
+        },
+    )
+    end = _slurm(fake).wait("7", pending_timeout_s=60, poll_s=1, say=lambda _: None)
+    assert (end.state, end.nodes) == ("NODE_FAIL", ["h1", "h2"])
+    assert end.cause == (
+        "job 7 ended NODE_FAIL: node failure (h2 down+not_responding, reason: kdakit fault test)"
+    )
+
+
+@pytest.mark.parametrize(
+    "state, cause",
+    [
+        ("CANCELLED", "job 7 was cancelled (scancel or an administrator)"),
+        ("TIMEOUT", "job 7 hit its time limit of 00:01:00. Fix: raise time_limit in the Slurm settings"),
+        ("FAILED", "job 7 failed (exit code 0:0)"),
+        ("OUT_OF_MEMORY", "job 7 ended OUT_OF_MEMORY"),
+        ("COMPLETED", ""),
+    ],
+)
+def test_job_ends(state, cause):
+    end = _slurm(FakeSlurm([_job("RUNNING"), _job(state)])).wait("7", pending_timeout_s=60, poll_s=1,
+                                                                  say=lambda _: None)  # fmt: skip
+    assert end.state == state and end.cause.startswith(cause) and (end.ok == (state == "COMPLETED"))
+
+
+def test_requeue_is_cancelled_and_said():
+    fake = FakeSlurm([_job("RUNNING"), _job("PENDING", Restarts="1", Reason="BeginTime")])
+    end = _slurm(fake).wait("7", pending_timeout_s=600, poll_s=1, say=lambda _: None)
+    assert end.state == "REQUEUED"
+    assert end.cause.startswith("job 7 was requeued by Slurm (BeginTime); cancelled")
+    assert ["scancel", "7"] in fake.calls
+
+
+def test_a_purged_job_is_read_from_sacct_then_unknown():
+    fake = FakeSlurm([""], sacct="7|TIMEOUT|0:0|h1|gpu|TimeLimit|00:01:00\n")
+    end = _slurm(fake).wait("7", pending_timeout_s=60, poll_s=1, say=lambda _: None)
+    assert end.state == "TIMEOUT" and end.nodes == ["h1"]
+    gone = _slurm(FakeSlurm([""])).wait("7", pending_timeout_s=60, poll_s=1, say=lambda _: None)
+    assert gone.state == "UNKNOWN" and "no longer known" in gone.cause
+
+
+# Per-node outcomes
+
+
+def test_node_outcomes_from_the_status_lines():
+    steps = ("deploy", "eval-gsm8k", "bench")
+    end = jobs.JobEnd("7", "NODE_FAIL", "job 7 ended NODE_FAIL: node failure (h2 down)")
+    rows = [
+        *[("deploy", "started", ""), ("deploy", "ok", "")],
+        *[("eval-gsm8k", "started", ""), ("eval-gsm8k", "ok", "")],
+        *[("bench", "started", ""), ("bench", "interrupted", "signal")],
+    ]
+    assert run.node_outcomes(steps, rows, end) == [
+        ("deploy", "ok", ""),
+        ("eval-gsm8k", "ok", ""),
+        ("bench", "failed", "job 7 ended NODE_FAIL: node failure (h2 down) during bench"),
+    ]
+    failed = [
+        ("deploy", "started", ""),
+        ("deploy", "failed", "image kdakit:latest is not in h1's Docker engine"),
+    ]
+    assert run.node_outcomes(steps, failed, jobs.JobEnd("7", "FAILED", "job 7 failed (exit code 1:0)")) == [
+        ("deploy", "failed", "image kdakit:latest is not in h1's Docker engine"),
+        ("eval-gsm8k", "skipped", "after deploy failed"),
+        ("bench", "skipped", "after deploy failed"),
+    ]
+    # a node that never reported (its job never started there)
+    assert run.node_outcomes(steps, [], jobs.JobEnd("7", "CANCELLED", "job 7 was cancelled"))[0] == (
+        "deploy", "failed", "job 7 was cancelled")  # fmt: skip
+
+
+def test_a_visit_that_never_left_the_queue_is_recorded_for_the_scheduler(tmp_path):
+    ctx = run.Context(settings.SlurmSettings(), _slurm(FakeSlurm([_job("PENDING")])), tmp_path, "r1", "h200",
+                      say=lambda _: None)  # fmt: skip
+    end = jobs.JobEnd("7", "PENDING", "job 7 still pending after 30 s (Slurm's reason: Resources); cancelled")
+    ok = run.finish_visit(ctx, _visit(tmp_path, run_dir=tmp_path / "r1"), "7", end, ("collect", "teardown"))
+    assert not ok
+    rows, all_ok = run.provenance.rollup(tmp_path / "r1")
+    assert not all_ok
+    assert ("slurm", "helion", "deploy", "failed", end.cause) in rows
