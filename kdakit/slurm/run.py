@@ -21,7 +21,8 @@ WAIT_READY = (
     Path(__file__).resolve().parents[2] / "playbooks" / "roles" / "server" / "files" / "wait_ready.py"
 )
 NO_NODE = STATE_DIR  # the provenance "host" of a visit that never got a node (pending past its bound)
-MEASURING_STEPS = ("deploy", "eval-gsm8k", "bench")
+# How long a step cut short waits for Slurm to say how its job ended.
+STEP_END_WAIT_S = 60
 
 
 @dataclass
@@ -194,14 +195,16 @@ def finish_visit(ctx: Context, visit: Visit, job_id: str, end: jobs.JobEnd, cont
     for node in nodes:
         rows = status.get(node, [])
         outcomes = node_outcomes(steps, rows, end)
-        if "collect" in controller_steps:
+        if node == NO_NODE:
+            outcomes += [(s, "skipped", "no node was allocated") for s in controller_steps]
+        elif "collect" in controller_steps:
             node_dir = provenance.host_dir(ctx.results, ctx.run_id, node, visit.arm)
             access.scrub_tree(node_dir, secrets)
-            ok = node == NO_NODE or node_dir.is_dir()
+            ok = node_dir.is_dir()
             outcomes.append(
                 ("collect", "ok" if ok else "failed", "" if ok else f"no results under {node_dir}")
             )
-        if "teardown" in controller_steps:
+        if "teardown" in controller_steps and node != NO_NODE:
             started = any(r[0] == "deploy" and r[1] == "started" for r in rows)
             if not started or server_stopped(rows):
                 outcomes.append(("teardown", "ok", ""))
@@ -367,6 +370,15 @@ def step(ctx: Context, arm: str, name: str, bench_protocol: str) -> bool:
     after = node_status(ctx.run_dir, job_id)
     fields = ctx.slurm.state(job_id) or {}
     state = jobs.base_state(fields.get("JobState", ""))
+    unfinished = any(
+        not any(r[0] == name and r[1] in ("ok", "failed", "skipped") for r in after.get(n, [])) for n in nodes
+    )
+    deadline = ctx.slurm.clock() + STEP_END_WAIT_S
+    while unfinished and state in jobs.ACTIVE and ctx.slurm.clock() < deadline:
+        # the step was cut short: Slurm may still be ending the job (node failure, cancel, time limit)
+        ctx.slurm.sleep(ctx.settings.poll_s)
+        fields = ctx.slurm.state(job_id) or {}
+        state = jobs.base_state(fields.get("JobState", ""))
     end = (
         None
         if state in jobs.ACTIVE

@@ -224,6 +224,7 @@ def render(settings: SlurmSettings, visit: Visit) -> str:
             f"DOCKER_HOST_TEMPLATE={_q(settings.docker_host)}",
             f"SHM_SIZE={_q(settings.server_shm_size)}",
             _array("GPU_FLAGS", ["--gpus", "all"] if settings.use_gpus else []),
+            _array("ULIMITS", [f"--ulimit={u}" for u in settings.server_ulimits]),
             _array("BENCH_MOUNTS", _docker_bench_mounts(settings)),
         ]
     body = [
@@ -277,6 +278,7 @@ CURRENT=
 STEP_PID=
 mkdir -p "$OUT/diag" "${STATUS%/*}"
 status() { printf '%s\t%s\t%s\n' "$1" "$2" "${3:-}" >> "$STATUS"; }
+NVIDIA_SMI=${NVIDIA_SMI//\{node\}/$NODE}
 export KDAKIT_RUN_ID=$RUN_ID KDAKIT_HOST=$NODE KDAKIT_SKU=$SKU KDAKIT_ARM=$ARM
 """
 
@@ -309,7 +311,8 @@ step_deploy() {
   ensure_image "$IMAGE" "$IMAGE_TARBALL" >/dev/null || return 1
   "$DOCKER" run -d --name "$SERVER" --label io.kdakit.run-id="$RUN_ID" --label io.kdakit.arm="$ARM" \
     --label io.kdakit.slurm-job="$SLURM_JOB_ID" --network host --ipc host --shm-size "$SHM_SIZE" \
-    "${GPU_FLAGS[@]}" -v "$OUT:/results" -v "$MODEL_PATH:$MODEL_MOUNT:ro" --env-file "$ENV_FILE" \
+    "${GPU_FLAGS[@]}" "${ULIMITS[@]}" -v "$OUT:/results" -v "$MODEL_PATH:$MODEL_MOUNT:ro" \
+    --env-file "$ENV_FILE" \
     -e KDAKIT_RUN_ID -e KDAKIT_HOST -e KDAKIT_SKU -e KDAKIT_ARM -e HF_HUB_OFFLINE=1 -e KDAKIT_IMAGE_ID="$id" \
     --entrypoint "${SERVER_ENTRYPOINT[0]}" "$SERVER_IMAGE" "${SERVER_ENTRYPOINT[@]:1}" "${SERVER_ARGS[@]}" \
     >/dev/null || return 1
@@ -344,7 +347,7 @@ step_bench() {
 }
 
 stop_containers() {
-  if [ -n "$STARTED_SERVER" ]; then
+  if [ -n "$STARTED_SERVER" ] && "$DOCKER" container inspect "$SERVER" >/dev/null 2>&1; then
     "$DOCKER" logs --timestamps "$SERVER" > "$OUT/diag/kdakit-sglang.log" 2>&1
     "$DOCKER" container inspect "$SERVER" > "$OUT/diag/kdakit-sglang.inspect.json" 2>/dev/null
     "$DOCKER" rm -f "$SERVER" >/dev/null 2>&1

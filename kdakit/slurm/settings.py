@@ -48,6 +48,8 @@ class SlurmSettings:
     server_open: bool = False  # true: no keys, 0.0.0.0 (recorded in provenance)
     server_ready_timeout_s: float = 1800.0
     server_shm_size: str = "32G"
+    # docker: the server's ulimits (SGLang's advice; raising them needs CAP_SYS_RESOURCE on the node)
+    server_ulimits: list[str] = field(default_factory=lambda: ["memlock=-1:-1", "stack=67108864:67108864"])
     model_path: str = "/data/models/GLM-5.3-Flash"  # on every node (shared storage)
     model_mount: str = "/models/GLM-5.3-Flash"  # where the server and bench see it
     bench_dataset: str = "sharegpt"  # sharegpt or random
@@ -58,7 +60,7 @@ class SlurmSettings:
     gsm8k_args: list[str] = field(default_factory=list)
     bench_args: list[str] = field(default_factory=list)
     mounts: list[str] = field(default_factory=list)  # more SRC:DST[:ro] for the eval and bench containers
-    nvidia_smi: str = "nvidia-smi"
+    nvidia_smi: str = "nvidia-smi"  # {node}: the node's Slurm name
 
     def check(self) -> SlurmSettings:
         if self.runtime not in RUNTIMES:
