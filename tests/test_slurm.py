@@ -302,3 +302,25 @@ def test_a_visit_that_never_left_the_queue_is_recorded_for_the_scheduler(tmp_pat
     rows, all_ok = run.provenance.rollup(tmp_path / "r1")
     assert not all_ok
     assert ("slurm", "helion", "deploy", "failed", end.cause) in rows
+
+
+def test_a_single_step_joins_the_held_job_and_its_container(tmp_path):
+    """make bench SCHEDULER=slurm: a job step of the held job on each of its nodes; on pyxis inside the job's
+    named container (the server's file system)."""
+    s = settings.load(None, ["runtime=pyxis", "squashfs=/shared/k.sqsh"])
+    said = []
+    ctx = run.Context(
+        s, _slurm(FakeSlurm([_job("RUNNING")])), tmp_path, "r1", "h200", dry_run=True, say=said.append
+    )
+    run.prepare(ctx)
+    run.held_path(ctx, "helion").write_text('{"job_id": "7", "script": "/shared/r1/slurm/held.sbatch"}\n')
+    assert run.step(ctx, "helion", "bench", "pr")
+    (srun,) = said
+    assert srun.startswith("srun --jobid=7 --overlap --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=0 ")
+    assert "--container-image=/shared/k.sqsh" in srun and "--container-name=kdakit-7" in srun
+    assert srun.endswith("bash /shared/r1/slurm/held.sbatch node bench")
+    # no held job: one line that says what to run first
+    with pytest.raises(
+        UsageError, match="no held job for arm triton in run r1 .*: run make deploy-<sku> first"
+    ):
+        run.step(ctx, "triton", "bench", "pr")

@@ -154,10 +154,12 @@ class Slurm:
         poll_s: float,
         until: Callable[[dict], bool] | None = None,
         say: Callable[[str], None] = print,
+        timeout_s: float = float("inf"),
     ) -> JobEnd | None:
         """Follow the job to its end (a JobEnd), or until `until(fields)` holds while it runs (None).
 
-        Past pending_timeout_s still pending, or once requeued, the kit cancels it: the end says so."""
+        Past pending_timeout_s still pending, or once requeued, the kit cancels it: the end says so. Past
+        timeout_s (the caller's bound) it returns the job's current state as its end."""
         start, unknown, last = self.clock(), 0, ""
         while True:
             fields = self.state(job_id)
@@ -188,6 +190,10 @@ class Slurm:
             elif state in ACTIVE:
                 if until is not None and state == "RUNNING" and until(fields):
                     return None
+                if self.clock() - start > timeout_s:
+                    return JobEnd(
+                        job_id, state, f"job {job_id} still {state} after {timeout_s:.0f} s", fields
+                    )
             else:
                 nodes = self._nodes(fields)
                 return JobEnd(job_id, state, self.end_cause(job_id, state, fields, nodes), fields, nodes)

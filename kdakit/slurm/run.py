@@ -23,6 +23,8 @@ WAIT_READY = (
 NO_NODE = STATE_DIR  # the provenance "host" of a visit that never got a node (pending past its bound)
 # How long a step cut short waits for Slurm to say how its job ended.
 STEP_END_WAIT_S = 60
+# How long teardown waits for a cancelled job to end (KillWait, the traps, UnkillableStepTimeout).
+CANCEL_WAIT_S = 300
 
 
 @dataclass
@@ -424,7 +426,11 @@ def teardown(ctx: Context, arm: str | None) -> bool:
     all_ok = True
     for job_id, name, _ in running:
         end = ctx.slurm.wait(
-            job_id, pending_timeout_s=float("inf"), poll_s=ctx.settings.poll_s, say=lambda _: None
+            job_id,
+            pending_timeout_s=float("inf"),
+            timeout_s=CANCEL_WAIT_S,
+            poll_s=ctx.settings.poll_s,
+            say=lambda _: None,
         )
         status = node_status(ctx.run_dir, job_id)
         job_arm = name[len(f"kdakit-{ctx.run_id}-") :].rsplit("-", 1)[0]
