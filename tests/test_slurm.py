@@ -324,3 +324,42 @@ def test_a_single_step_joins_the_held_job_and_its_container(tmp_path):
         UsageError, match="no held job for arm triton in run r1 .*: run make deploy-<sku> first"
     ):
         run.step(ctx, "triton", "bench", "pr")
+
+
+class FakeCluster(FakeSlurm):
+    """sbatch hands out job ids 11, 12, ...; every job runs on h[1-2] and completes."""
+
+    def __init__(self):
+        super().__init__([])
+        self.next_id, self.submitted = 11, []
+
+    def __call__(self, argv):
+        if argv[0] == "sbatch" and "--parsable" in argv:
+            self.submitted.append(argv[-1])
+            self.next_id += 1
+            return subprocess.CompletedProcess(argv, 0, f"{self.next_id - 1}\n", "")
+        if argv[0] == "sbatch":
+            return subprocess.CompletedProcess(argv, 0, "slurm 22.05.8\n", "sbatch: Job 3 to start at now")
+        if argv[:3] == ["scontrol", "show", "job"]:
+            self.job_lines = [_job("COMPLETED", JobId=argv[-1])]
+        return super().__call__(argv)
+
+
+def test_rigorous_visits_interleave_on_the_first_allocations_nodes(tmp_path):
+    fake = FakeCluster()
+    ctx = run.Context(settings.SlurmSettings(), _slurm(fake), tmp_path, "r1", "h200", say=lambda _: None)
+    run.ab(ctx, ["triton", "helion"], "rigorous")
+    repeats = tomllib.loads((REPO / "bench" / "protocols.toml").read_text())["protocol"]["rigorous"][
+        "repeats"
+    ]
+    names = [Path(p).name for p in fake.submitted]
+    assert names == [
+        f"kdakit-r1-{arm}-v{k}.sbatch" for k in range(1, repeats + 1) for arm in ("triton", "helion")
+    ]
+    for i, path in enumerate(map(Path, fake.submitted)):
+        text = path.read_text()
+        first = path.name.endswith("-v1.sbatch")
+        # every job after the first runs on the first allocation's nodes
+        assert ("#SBATCH --nodelist=h[1-2]" in text) == (i > 0), path.name
+        steps = text.split(f"bash {path} node ", 1)[1].splitlines()[0]
+        assert steps == ("deploy eval-gsm8k bench" if first else "deploy bench"), path.name
