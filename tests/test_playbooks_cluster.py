@@ -384,9 +384,7 @@ def _fault_vars(cluster) -> Path:
 # namespaces (tests/infra/slurmcluster.py), each node's own dockerd running the test-double server and the
 # kdakit image's real clients. Then three faults while a bench runs: a node set DOWN, a job cancelled, a time
 # limit hit.
-SLURM_PROTOCOLS = BENCH_PROTOCOLS.replace("[protocol.smoke]", "[protocol.smoke2]").replace(
-    "runs = 1\n", "runs = 1\nrepeats = 2\n"
-) + BENCH_PROTOCOLS.replace("[protocol.smoke]", "[protocol.slow]").replace(
+SLURM_PROTOCOLS = BENCH_PROTOCOLS + BENCH_PROTOCOLS.replace("[protocol.smoke]", "[protocol.slow]").replace(
     "num_prompts = 4", "num_prompts = 16"
 )
 
@@ -413,7 +411,8 @@ def _slurm_settings(cluster, tarballs, path: Path, protocols: Path, server_extra
                            access.ADMIN_API_KEY_ENV, "--enable-metrics", *server_extra],
         "model_path": str(hosts[0].model_path), "model_mount": MODEL_MOUNT,
         "bench_dataset": "random", "bench_protocols": str(protocols),
-        "gsm8k_args": ["--threshold", "0.85"],
+        # 10 questions, one run: the real client, at a fraction of the pr protocol's time
+        "gsm8k_args": ["--threshold", "0.85", "--limit", "10", "--runs", "1"],
         "nvidia_smi": f"{work / 'hosts'}/{{node}}/bin/nvidia-smi",
     }  # fmt: skip
     lines = [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
@@ -485,41 +484,40 @@ def test_slurm_ab_and_faults(cluster, tarballs):
 
         # DRY_RUN=1 prints every visit's script and submits nothing.
         dry = make_slurm(cluster, slurm, "ab-h200", "RUN_ID=ci-slurm-dry", f"SLURM_SETTINGS={ab_settings}",
-                         "SLURM_SET=nodes=2", "BENCH_PROTOCOL=smoke2", "DRY_RUN=1")  # fmt: skip
+                         "SLURM_SET=nodes=2", "BENCH_PROTOCOL=smoke", "DRY_RUN=1")  # fmt: skip
         assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
-        assert dry.stdout.count("#SBATCH --nodes=2") == 4 and "#SBATCH --gpus-per-node=4" in dry.stdout
+        assert dry.stdout.count("#SBATCH --nodes=2") == 2 and "#SBATCH --gpus-per-node=4" in dry.stdout
         assert slurm.cli("squeue", "-h", "-o", "%j").stdout.split() == ["kdakit-ci-slurm-time-helion-held"]
 
-        # The A/B: 2 visits per arm interleaved (triton, helion, triton, helion), each a job on both nodes,
-        # GSM8K on the first visit; the later visits on the first allocation's nodes.
+        # The A/B: one visit per arm (triton, then helion), each a job on both nodes (tests/test_slurm.py
+        # checks that the visits of an interleaved protocol run on the first allocation's nodes).
         t0 = time.monotonic()
         ab = make_slurm(cluster, slurm, "ab-h200", "RUN_ID=ci-slurm", f"SLURM_SETTINGS={ab_settings}",
-                        "SLURM_SET=nodes=2", "BENCH_PROTOCOL=smoke2")  # fmt: skip
+                        "SLURM_SET=nodes=2", "BENCH_PROTOCOL=smoke")  # fmt: skip
         ab_s = time.monotonic() - t0
         assert ab.returncode == 0, ab.stdout[-5000:] + ab.stderr[-3000:] + slurm.log_tails()
         assert "rollout: all 20 steps ok" in ab.stdout, ab.stdout[-3000:]
         run_dir = results / "ci-slurm"
         scripts = sorted((run_dir / "slurm").glob("*.sbatch"))
-        assert [p.name for p in scripts] == [f"kdakit-ci-slurm-{a}-v{k}.sbatch" for a in ("helion", "triton")
-                                             for k in (1, 2)]  # fmt: skip
-        for p in scripts:  # the first job's nodes for every later one
-            nodelist = "#SBATCH --nodelist=h[1-2]" in p.read_text()
-            assert nodelist == (p.name != "kdakit-ci-slurm-triton-v1.sbatch"), p.name
+        assert [p.name for p in scripts] == [
+            "kdakit-ci-slurm-helion-v1.sbatch",
+            "kdakit-ci-slurm-triton-v1.sbatch",
+        ]
         for h in hosts:
             for arm in ("triton", "helion"):
                 node_dir = run_dir / h.name / arm
                 records = [json.loads(p.read_text()) for p in node_dir.rglob("*.result.json")]
                 kinds = sorted(r["kind"] for r in records)
-                assert kinds == ["gsm8k", "serving", "serving"], (node_dir, kinds)
+                assert kinds == ["gsm8k", "serving"], (node_dir, kinds)
                 gsm8k = next(r for r in records if r["kind"] == "gsm8k")
-                assert gsm8k["metrics"]["accuracy_numeric"] == pytest.approx(0.9)
+                assert gsm8k["metrics"]["n_questions"] == 10 and gsm8k["metrics"]["limited"]
                 assert gsm8k["host"] == h.name and gsm8k["run_id"] == "ci-slurm"
                 prov = json.loads((node_dir / "provenance.json").read_text())
                 assert prov["outcome"] == "ok" and prov["scheduler"] == "slurm"
                 facts = prov["slurm"]
                 assert facts["partition"] == "gpu" and facts["node_list"] == "h[1-2]"
                 assert re.fullmatch(r"\d+\.\d+\.\d+", facts["slurm_version"]) and facts["job_id"].isdigit()
-                assert [j["visit"] for j in prov["slurm_jobs"]] == [1, 2]
+                assert [j["job_name"] for j in prov["slurm_jobs"]] == [f"kdakit-ci-slurm-{arm}-v1"]
                 assert "kdakit-fake-openai listening" in (node_dir / "diag" / "kdakit-sglang.log").read_text()
         assert (run_dir / "report.md").exists(), ab.stdout[-2000:]
         assert _kit_containers(hosts) == {"h1": [], "h2": []}
