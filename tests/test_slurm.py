@@ -363,3 +363,23 @@ def test_rigorous_visits_interleave_on_the_first_allocations_nodes(tmp_path):
         assert ("#SBATCH --nodelist=h[1-2]" in text) == (i > 0), path.name
         steps = text.split(f"bash {path} node ", 1)[1].splitlines()[0]
         assert steps == ("deploy eval-gsm8k bench" if first else "deploy bench"), path.name
+
+
+def test_the_readiness_wait_follows_a_process_on_pyxis():
+    """wait_ready.py --pid: a server process that exits fails the wait at once, with its one line."""
+    wait_ready = REPO / "playbooks" / "roles" / "server" / "files" / "wait_ready.py"
+    dead = subprocess.Popen(["sleep", "0"])
+    dead.wait()
+    argv = ["python3", str(wait_ready), "--url", "http://127.0.0.1:9/health"]
+    proc = subprocess.run([*argv, "--pid", str(dead.pid), "--timeout", "30"], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stdout.strip().startswith(
+        f"server process {dead.pid} exited after 0 s before http://127.0.0.1:9"
+    )
+    with subprocess.Popen(["sleep", "30"]) as alive:
+        try:
+            more = ["--pid", str(alive.pid), "--timeout", "1", "--interval", "0.2"]
+            proc = subprocess.run([*argv, *more], capture_output=True, text=True, timeout=30)
+        finally:
+            alive.kill()
+    assert proc.returncode == 1 and "did not answer within 1 s while the server kept running" in proc.stdout
