@@ -383,3 +383,32 @@ def test_the_readiness_wait_follows_a_process_on_pyxis():
         finally:
             alive.kill()
     assert proc.returncode == 1 and "did not answer within 1 s while the server kept running" in proc.stdout
+
+
+def test_teardown_cancels_the_runs_jobs_and_checks_each_server_stopped(tmp_path):
+    class Queue(FakeSlurm):
+        def __call__(self, argv):
+            if argv[0] == "squeue":
+                rows = "7|kdakit-r1-helion-held|RUNNING\n8|someone-else|RUNNING\n"
+                return subprocess.CompletedProcess(argv, 0, rows, "")
+            return super().__call__(argv)
+
+    fake = Queue([_job("CANCELLED", JobName="kdakit-r1-helion-held")])
+    said = []
+    ctx = run.Context(settings.SlurmSettings(), _slurm(fake), tmp_path, "r1", "h200", say=said.append)
+    steps = tmp_path / "r1" / "slurm" / "steps" / "7"
+    steps.mkdir(parents=True)
+    (steps / "h1.tsv").write_text("deploy\tstarted\t\ndeploy\tok\t\nhold\tstarted\t\nserver\tstopped\t\n")
+    (steps / "h2.tsv").write_text("deploy\tstarted\t\ndeploy\tok\t\nhold\tstarted\t\n")  # its trap never ran
+    assert not run.teardown(ctx, None)
+    assert ["scancel", "7"] in fake.calls and ["scancel", "8"] not in fake.calls
+    assert "h1: teardown ok" in said
+    assert "h2: teardown failed (no word from h2 that its server stopped (job 7 CANCELLED))" in said
+    rows, _ = run.provenance.rollup(tmp_path / "r1")
+    assert (
+        "h2",
+        "helion",
+        "teardown",
+        "failed",
+        "no word from h2 that its server stopped (job 7 CANCELLED)",
+    ) in rows
