@@ -412,3 +412,43 @@ def test_teardown_cancels_the_runs_jobs_and_checks_each_server_stopped(tmp_path)
         "failed",
         "no word from h2 that its server stopped (job 7 CANCELLED)",
     ) in rows
+
+
+FAKE_DOCKER = """#!/bin/bash
+echo "$*" >> "$(dirname "$0")/docker.log"
+case "$1 $2" in "image inspect") echo sha256:fake ;; esac
+[ "$1" = logs ] && { sleep 1; echo "server log"; }
+exit 0
+"""
+
+
+def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
+    """Slurm sends SIGTERM to a step more than once (slurmstepd, then srun): the second one lands during the
+    cleanup, which must still remove the server (the time-limit case on the real cluster)."""
+    import os
+    import signal
+    import time
+
+    docker = tmp_path / "docker"
+    docker.write_text(FAKE_DOCKER)
+    docker.chmod(0o755)
+    s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "server_command=--port,30000"])
+    visit = _visit(tmp_path, steps=("deploy", "hold"))
+    visit.script_path.parent.mkdir(parents=True)
+    visit.script_path.write_text(script.render(s, visit))
+    visit.wait_ready.write_text("print('ready')\n")  # stands in for the readiness wait
+    env = {**os.environ, "SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1"}
+    proc = subprocess.Popen(["bash", str(visit.script_path), "node", "deploy", "hold"], env=env)
+    status = visit.run_dir / "slurm" / "steps" / "5" / "n1.tsv"
+    deadline = time.monotonic() + 20
+    while "hold\tstarted" not in (status.read_text() if status.exists() else ""):
+        assert time.monotonic() < deadline and proc.poll() is None, "the node part never reached hold"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)  # the cleanup is fetching the server's log now
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 143
+    calls = (tmp_path / "docker.log").read_text().splitlines()
+    assert "rm -f kdakit-sglang-5" in calls, calls
+    assert status.read_text().splitlines()[-1] == "server\tstopped\t"
+    assert "server log" in (visit.run_dir / "n1" / "helion" / "diag" / "kdakit-sglang.log").read_text()

@@ -398,14 +398,22 @@ _MAIN = r"""step_hold() {  # keep the server up until the job is cancelled (make
   exec sleep infinity
 }
 
+# Slurm signals a step more than once (slurmstepd, then srun): a second SIGTERM must not cut the cleanup.
+on_signal() {
+  trap '' TERM INT HUP
+  [ -n "$CURRENT" ] && status "$CURRENT" interrupted "signal"
+  exit 143
+}
+
 on_exit() {
+  trap '' TERM INT HUP
   [ -n "$STEP_PID" ] && kill "$STEP_PID" 2>/dev/null
   "$NVIDIA_SMI" -q > "$OUT/diag/nvidia-smi-q.txt" 2>&1
   stop_containers
   [ -n "$STARTED_SERVER" ] && status server stopped
 }
 trap on_exit EXIT
-trap '[ -n "$CURRENT" ] && status "$CURRENT" interrupted "signal"; exit 143' TERM INT HUP
+trap on_signal TERM INT HUP
 
 failed=
 for step in "$@"; do
