@@ -489,6 +489,21 @@ def test_slurm_ab_and_faults(cluster, tarballs):
         assert dry.stdout.count("#SBATCH --nodes=2") == 2 and "#SBATCH --gpus-per-node=4" in dry.stdout
         assert slurm.cli("squeue", "-h", "-o", "%j").stdout.split() == ["kdakit-ci-slurm-time-helion-held"]
 
+        # A visit that cannot start: pending past its bound, cancelled, with Slurm's reason.
+        slurm.cli("scontrol", "update", "partitionname=gpu", "state=down")
+        try:
+            pending = make_slurm(cluster, slurm, "deploy-h200", "RUN_ID=ci-slurm-pending", *common,
+                                 "SLURM_SET=pending_timeout_s=3")  # fmt: skip
+        finally:
+            slurm.cli("scontrol", "update", "partitionname=gpu", "state=up")
+        assert pending.returncode != 0
+        assert re.search(
+            r"^slurm: deploy failed \(job \d+ still pending after \d+ s \(Slurm's reason: "
+            r"PartitionDown\); cancelled\. Fix: ",
+            pending.stdout,
+            re.M,
+        ), pending.stdout[-2000:]
+
         # The A/B: one visit per arm (triton, then helion), each a job on both nodes (tests/test_slurm.py
         # checks that the visits of an interleaved protocol run on the first allocation's nodes).
         t0 = time.monotonic()
