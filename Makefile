@@ -28,6 +28,8 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n :
 
 .PHONY: help setup test test-gpu lint pins pins-check plan sglang-args reproduce clean
 REBUILD ?=
+# ansible: the playbooks over SSH; slurm: Slurm jobs (slurm/slurm.mk, slurm/README.md).
+SCHEDULER ?= ansible
 
 help: ## List every target with its variables
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' \
@@ -73,7 +75,7 @@ plan: setup ## Print the exact sglang serve command and container env. Vars: SKU
 sglang-args: setup ## Regenerate the snapshot of SGLang's server arguments from the pinned wheel
 	$(KDAKIT) sglang-args --write
 
-reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball's source hash is not this tree's), ab-$(SKU), roll-up, report. Vars: SKU=<kdakit skus> INVENTORY=(localhost) REBUILD=0 (refuse instead of rebuilding)
+reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball's source hash is not this tree's), ab-$(SKU), roll-up, report. Vars: SKU=<kdakit skus> INVENTORY=(localhost) REBUILD=0 (refuse instead of rebuilding) SCHEDULER=slurm (as Slurm jobs: slurm/README.md)
 	@want=$$($(PYTHON) images/build_steps.py source-hash . $(SKU) $(BASE_IMAGE)); \
 	have=$$(cat $(FILE).source 2>/dev/null || echo none); build=; \
 	if [ ! -f $(FILE) ]; then build="image: no $(FILE) yet: building it"; \
@@ -82,7 +84,8 @@ reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball
 	    echo "image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}; refusing (REBUILD=0): make image image-save SKU=$(SKU), or drop REBUILD=0" >&2; exit 1; \
 	  fi; build="image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}: rebuilding"; \
 	fi; \
-	$(call kdakit_preflight,$(SKU),--gate --arms $(words $(ARMS)) $$([ -n "$$build" ] && echo --build)); \
+	$(if $(filter slurm,$(SCHEDULER)),$(call kdakit_slurm,preflight) --sku $(SKU) --run-id preflight, \
+	  $(call kdakit_preflight,$(SKU),--gate --arms $(words $(ARMS)) $$([ -n "$$build" ] && echo --build))); \
 	if [ -n "$$build" ]; then echo "$$build"; $(MAKE) --no-print-directory image image-save SKU=$(SKU); fi
 	$(MAKE) --no-print-directory ab-$(SKU) SKU=$(SKU) PREFLIGHT_DONE=1
 

@@ -22,6 +22,7 @@ COMMAND_MODULES = {
     "report": "kdakit.report",
     "kernels": "kdakit.kernels.tools.cli",
     "selftest": "kdakit.checks.selftest",
+    "slurm": "kdakit.slurm.cli",
 }
 
 

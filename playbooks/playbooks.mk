@@ -63,6 +63,8 @@ kdakit_known_sku = $(if $(filter $(1),$(SKUS)),,$(error no SKU '$(1)': the SKUs 
 preflight: setup ## One table of every host's checks (GPUs, driver, NVIDIA runtime, Docker, weights, bench data, disk) and the builder; nothing else runs. Vars: SKU=<kdakit skus> INVENTORY= PREFLIGHT_BUILD=1 (check the image builder too)
 	@$(call kdakit_known_sku,$(SKU))$(call kdakit_preflight,$(SKU),$(if $(PREFLIGHT_BUILD),--build))
 
+# With SCHEDULER=slurm, slurm/slurm.mk defines these steps as Slurm jobs instead.
+ifneq ($(SCHEDULER),slurm)
 deploy-%: setup ## Preflight, load the image, start the server on the hosts of SKU % (deploy-h200, ...). Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
 	@$(call kdakit_known_sku,$*)$(call kdakit_preflight,$*,--hosts-only)
 	@$(if $(DRY_RUN),,$(call kdakit_latest,$(NEW_RUN_ID)))
@@ -83,6 +85,8 @@ teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= AR
 ab-%: setup ## Preflight, then A/B on the hosts of SKU % (ab-h200, ...): the ARMS in turn (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS=<arms.toml ab> BENCH_PROTOCOL=
 	@$(call kdakit_known_sku,$*)$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,$*,--gate --arms $(words $(ARMS))))
 	@$(call kdakit_ab,$*)
+
+endif
 
 lint-playbooks: setup ## yamllint, ansible-lint --offline and a syntax check of every playbook
 	$(VENV)/bin/yamllint -s -c playbooks/.yamllint playbooks

@@ -30,6 +30,7 @@ LAYERS = {
     "evals": {"facts", "launch", "records", "measure"},
     "checks": {"facts", "records", "kernels", "kernels.tools"},
     "report": {"facts", "records", "measure", "bench"},
+    "slurm": {"facts", "launch", "records", "bench", "evals"},
 }
 LAYERS["cli"] = set(LAYERS)  # the command line wires every layer
 

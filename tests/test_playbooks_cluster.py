@@ -27,7 +27,7 @@ import yaml
 
 from kdakit.launch import access
 from kdakit.report.model import load_published
-from tests.infra import bench_client_image, dockerd, fake_server_image, images, sshhosts
+from tests.infra import bench_client_image, dockerd, fake_server_image, images, slurmcluster, sshhosts
 
 _spec = importlib.util.spec_from_file_location(
     "kdakit_test_tiny_tokenizer_pb", Path(__file__).parent / "fakes" / "tiny_tokenizer.py"
@@ -378,3 +378,235 @@ def _fault_vars(cluster) -> Path:
         )
     )
     return path
+
+
+# The same A/B as Slurm jobs (SCHEDULER=slurm) on these hosts: slurmctld here, slurmd in h1's and h2's
+# namespaces (tests/infra/slurmcluster.py), each node's own dockerd running the test-double server and the
+# kdakit image's real clients. Then three faults while a bench runs: a node set DOWN, a job cancelled, a time
+# limit hit.
+SLURM_PROTOCOLS = BENCH_PROTOCOLS + BENCH_PROTOCOLS.replace("[protocol.smoke]", "[protocol.slow]").replace(
+    "num_prompts = 4", "num_prompts = 16"
+)
+
+
+def _slurm_settings(cluster, tarballs, path: Path, protocols: Path, server_extra: list[str]) -> Path:
+    hosts, work = cluster["hosts"], cluster["work"]
+    sockets = work / "slurm-sockets"  # {node} -> that node's engine (h1's runs on the image-building root)
+    sockets.mkdir(exist_ok=True)
+    for h in hosts:
+        link = sockets / f"{h.name}.sock"
+        link.unlink(missing_ok=True)
+        link.symlink_to(h.engine.socket)
+    kdakit_tar, fake_tar, _ = tarballs
+    settings = {
+        "nodes": 1, "partition": "gpu", "exclusive": True, "poll_s": 1.0, "pending_timeout_s": 60.0,
+        "image": DEPLOY_REF, "image_tarball": str(kdakit_tar),
+        "server_image": "kdakit-ci/fake-sglang:test", "server_image_tarball": str(fake_tar),
+        "docker_host": f"unix://{sockets}/{{node}}.sock", "docker_cli": dockerd.DOCKER_CLI,
+        "use_gpus": False, "server_ulimits": [], "server_shm_size": "64M", "server_ready_timeout_s": 60.0,
+        "server_entrypoint": ["python3", "/srv/kdakit/tests/fakes/openai_server.py"],
+        "server_command": ["--host", "127.0.0.1", "--port", "30000", "--error-rate", "0.1",
+                           "--model-name", "llm", "--server-arg", f"model_path={MODEL_MOUNT}",
+                           "--api-key-env", access.API_KEY_ENV, "--admin-api-key-env",
+                           access.ADMIN_API_KEY_ENV, "--enable-metrics", *server_extra],
+        "model_path": str(hosts[0].model_path), "model_mount": MODEL_MOUNT,
+        "bench_dataset": "random", "bench_protocols": str(protocols),
+        # 10 questions, one run: the real client, at a fraction of the pr protocol's time
+        "gsm8k_args": ["--threshold", "0.85", "--limit", "10", "--runs", "1"],
+        "nvidia_smi": f"{work / 'hosts'}/{{node}}/bin/nvidia-smi",
+    }  # fmt: skip
+    lines = [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def make_slurm(cluster, slurm, target: str, *variables: str, timeout: float = 600, background: bool = False):
+    """make TARGET SCHEDULER=slurm from the login node (this namespace), as a user runs it."""
+    cmd = ["make", "--no-print-directory", "-o", ".venv/.setup-done", target, "SCHEDULER=slurm",
+           f"RESULTS={cluster['results']}", *variables]  # fmt: skip
+    env = dict(slurm.env, PYTHONUNBUFFERED="1")
+    if background:
+        return subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    print(f"make {target} SCHEDULER=slurm: rc={proc.returncode} in {time.monotonic() - t0:.1f} s")
+    (cluster["work"] / f"slurm-{target}-{int(t0)}.log").write_text(proc.stdout + proc.stderr)
+    return proc
+
+
+def _kit_containers(hosts) -> dict[str, list[str]]:
+    """The kit's Slurm containers still present on each node's engine (running or not)."""
+    out = {}
+    for h in hosts:
+        listed = h.engine.cli("ps", "-a", "--filter", "label=io.kdakit.slurm-job", "--format", "{{.Names}}")
+        out[h.name] = listed.stdout.decode().split()
+    return out
+
+
+def _wait_for_step(run_dir: Path, step: str, timeout: float = 120) -> str:
+    """Job id of the first job whose node reports `step` started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for tsv in (run_dir / "slurm" / "steps").glob("*/*.tsv"):
+            if f"{step}\tstarted" in tsv.read_text():
+                return tsv.parent.name
+        time.sleep(0.5)
+    raise AssertionError(f"no node of {run_dir.name} started {step} within {timeout:.0f} s")
+
+
+def test_slurm_ab_and_faults(cluster, tarballs):
+    reason = slurmcluster.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    t_start = time.monotonic()
+    nodes, work, results = cluster["hosts"], cluster["work"], cluster["results"]
+    hosts = nodes[:2]  # the 4-GPU nodes; h3 (2 GPUs) takes the time-limit fault beside the A/B
+    protocols = work / "slurm-protocols.toml"
+    protocols.write_text(SLURM_PROTOCOLS)
+    ab_settings = _slurm_settings(cluster, tarballs, work / "slurm-ab.toml", protocols, [])
+    # 2 s a token: a bench of 16 prompts runs for minutes, long enough to be interrupted
+    fault_settings = _slurm_settings(cluster, tarballs, work / "slurm-faults.toml", protocols,
+                                     ["--token-delay-ms", "2000"])  # fmt: skip
+    slurm = slurmcluster.up(work / "slurm", nodes)
+    try:
+        # The time limit (a minute; slurmctld checks limits every 30 s) runs out on h3 during the A/B: a held
+        # server of the small test-double image only (h3 never loads the kdakit image).
+        common = [f"SLURM_SETTINGS={fault_settings}", "BENCH_PROTOCOL=slow", "ARM=helion"]
+        timed = make_slurm(cluster, slurm, "deploy-h200", "RUN_ID=ci-slurm-time", *common,
+                           "SLURM_SET=time_limit=1 gpus_per_node=2 extra_sbatch=--nodelist=h3 "
+                           "image=kdakit-ci/fake-sglang:test image_tarball=")  # fmt: skip
+        assert timed.returncode == 0, timed.stdout[-3000:] + timed.stderr[-2000:] + slurm.log_tails()
+        timed_job = json.loads((results / "ci-slurm-time" / "slurm" / "held-helion.json").read_text())[
+            "job_id"
+        ]
+
+        # DRY_RUN=1 prints every visit's script and submits nothing.
+        dry = make_slurm(cluster, slurm, "ab-h200", "RUN_ID=ci-slurm-dry", f"SLURM_SETTINGS={ab_settings}",
+                         "SLURM_SET=nodes=2", "BENCH_PROTOCOL=smoke", "DRY_RUN=1")  # fmt: skip
+        assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+        assert dry.stdout.count("#SBATCH --nodes=2") == 2 and "#SBATCH --gpus-per-node=4" in dry.stdout
+        assert slurm.cli("squeue", "-h", "-o", "%j").stdout.split() == ["kdakit-ci-slurm-time-helion-held"]
+
+        # A visit that cannot start: pending past its bound, cancelled, with Slurm's reason.
+        slurm.cli("scontrol", "update", "partitionname=gpu", "state=down")
+        try:
+            pending = make_slurm(cluster, slurm, "deploy-h200", "RUN_ID=ci-slurm-pending", *common,
+                                 "SLURM_SET=pending_timeout_s=3")  # fmt: skip
+        finally:
+            slurm.cli("scontrol", "update", "partitionname=gpu", "state=up")
+        assert pending.returncode != 0
+        assert re.search(
+            r"^slurm: deploy failed \(job \d+ still pending after \d+ s \(Slurm's reason: "
+            r"PartitionDown\); cancelled\. Fix: ",
+            pending.stdout,
+            re.M,
+        ), pending.stdout[-2000:]
+
+        # The A/B: one visit per arm (triton, then helion), each a job on both nodes (tests/test_slurm.py
+        # checks that the visits of an interleaved protocol run on the first allocation's nodes).
+        t0 = time.monotonic()
+        ab = make_slurm(cluster, slurm, "ab-h200", "RUN_ID=ci-slurm", f"SLURM_SETTINGS={ab_settings}",
+                        "SLURM_SET=nodes=2", "BENCH_PROTOCOL=smoke")  # fmt: skip
+        ab_s = time.monotonic() - t0
+        assert ab.returncode == 0, ab.stdout[-5000:] + ab.stderr[-3000:] + slurm.log_tails()
+        assert "rollout: all 20 steps ok" in ab.stdout, ab.stdout[-3000:]
+        run_dir = results / "ci-slurm"
+        scripts = sorted((run_dir / "slurm").glob("*.sbatch"))
+        assert [p.name for p in scripts] == [
+            "kdakit-ci-slurm-helion-v1.sbatch",
+            "kdakit-ci-slurm-triton-v1.sbatch",
+        ]
+        for h in hosts:
+            for arm in ("triton", "helion"):
+                node_dir = run_dir / h.name / arm
+                records = [json.loads(p.read_text()) for p in node_dir.rglob("*.result.json")]
+                kinds = sorted(r["kind"] for r in records)
+                assert kinds == ["gsm8k", "serving"], (node_dir, kinds)
+                gsm8k = next(r for r in records if r["kind"] == "gsm8k")
+                assert gsm8k["metrics"]["n_questions"] == 10 and gsm8k["metrics"]["limited"]
+                assert gsm8k["host"] == h.name and gsm8k["run_id"] == "ci-slurm"
+                prov = json.loads((node_dir / "provenance.json").read_text())
+                assert prov["outcome"] == "ok" and prov["scheduler"] == "slurm"
+                facts = prov["slurm"]
+                assert facts["partition"] == "gpu" and facts["node_list"] == "h[1-2]"
+                assert re.fullmatch(r"\d+\.\d+\.\d+", facts["slurm_version"]) and facts["job_id"].isdigit()
+                assert [j["job_name"] for j in prov["slurm_jobs"]] == [f"kdakit-ci-slurm-{arm}-v1"]
+                assert "kdakit-fake-openai listening" in (node_dir / "diag" / "kdakit-sglang.log").read_text()
+        assert (run_dir / "report.md").exists(), ab.stdout[-2000:]
+        assert _kit_containers(hosts) == {"h1": [], "h2": []}
+        keys = run_secrets_of(run_dir)
+        for path in run_dir.rglob("*"):
+            if path.is_file() and "state" not in path.parts:
+                assert not any(k.encode() in path.read_bytes() for k in keys), f"a run key leaked into {path}"
+
+        # Faults while a bench runs in a held job on h2 (make deploy, then make bench): the node set DOWN,
+        # then the job cancelled.
+        t0 = time.monotonic()
+        lines = {}
+        for fault, run_id in (("down", "ci-slurm-down"), ("cancel", "ci-slurm-cancel")):
+            deploy = make_slurm(cluster, slurm, "deploy-h200", f"RUN_ID={run_id}", *common,
+                                "SLURM_SET=extra_sbatch=--nodelist=h2")  # fmt: skip
+            assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-2000:]
+            bench = make_slurm(cluster, slurm, "bench", f"RUN_ID={run_id}", *common, background=True)
+            job_id = _wait_for_step(results / run_id, "bench")
+            time.sleep(2)  # the client is sending its requests
+            if fault == "down":
+                slurm.cli("scontrol", "update", "nodename=h2", "state=down", "reason=kdakit fault test")
+            else:
+                slurm.cli("scancel", job_id)
+            out, _ = bench.communicate(timeout=120)
+            (work / f"slurm-fault-{fault}.log").write_text(out)
+            assert bench.returncode != 0, out[-3000:]
+            lines[fault] = [line for line in out.splitlines() if line.startswith("h2: bench ")]
+            if fault == "down":
+                slurm.resume("h2")
+                slurm.wait_nodes_idle(timeout=60)
+        # The held server on h3 has met its time limit by now (bounded wait): the next step says so.
+        deadline = time.monotonic() + 120
+        while "JobState=RUNNING" in slurm.cli("scontrol", "show", "job", "-o", timed_job).stdout:
+            assert time.monotonic() < deadline, "the one-minute job on h3 is still running"
+            time.sleep(1)
+        timed_bench = make_slurm(cluster, slurm, "bench", "RUN_ID=ci-slurm-time", *common)
+        assert timed_bench.returncode != 0
+        lines["time"] = [line for line in timed_bench.stdout.splitlines() if line.startswith("h3: bench ")]
+        faults_s = time.monotonic() - t0
+        print("fault lines:", json.dumps(lines, indent=1))
+
+        (down,) = lines["down"]
+        assert re.fullmatch(
+            r"h2: bench failed \(job \d+ ended NODE_FAIL: node failure \(h2 down\S*, "
+            r"reason: kdakit fault test\) during bench\)", down), down  # fmt: skip
+        (cancel,) = lines["cancel"]
+        assert re.fullmatch(r"h2: bench failed \(job \d+ was cancelled \(scancel or an administrator\) "
+                            r"during bench\)", cancel), cancel  # fmt: skip
+        (timeout_line,) = lines["time"]
+        assert timeout_line == (
+            f"h3: bench failed (job {timed_job} hit its time limit of 00:01:00. Fix: raise time_limit in the "
+            "Slurm settings (empty: the protocols' bounds); the server is gone: run make deploy-h200 again)"
+        ), timeout_line
+        for run_id, node in (("ci-slurm-down", "h2"), ("ci-slurm-cancel", "h2"), ("ci-slurm-time", "h3")):
+            node_dir = results / run_id / node / "helion"
+            prov = json.loads((node_dir / "provenance.json").read_text())
+            # the partial results stay: the deploy's outcome and the server's log (kept by the trap)
+            assert prov["steps"]["deploy"]["outcome"] == "ok", prov
+            assert prov["steps"]["bench"]["outcome"] == "failed", prov
+            assert "kdakit-fake-openai listening" in (node_dir / "diag" / "kdakit-sglang.log").read_text()
+            if node == "h2":  # and the bench's log so far
+                assert "bench" in (node_dir / "diag" / "slurm-bench.log").read_text()
+        # every node's trap stopped its server and clients
+        assert _kit_containers(nodes) == {"h1": [], "h2": [], "h3": []}
+        down_teardown = make_slurm(cluster, slurm, "teardown", "RUN_ID=ci-slurm-down")
+        assert "no job of run ci-slurm-down is queued or running" in down_teardown.stdout
+        print(f"slurm: A/B {ab_s:.0f} s, faults {faults_s:.0f} s, all {time.monotonic() - t_start:.0f} s")
+    finally:
+        for h in nodes:  # nothing of ours may outlive the test on the shared engines
+            for name in _kit_containers([h])[h.name]:
+                h.engine.cli("rm", "-f", name, check=False)
+        slurm.down()
+
+
+def run_secrets_of(run_dir: Path) -> list[str]:
+    values = access.parse_env_text((run_dir / "slurm" / "state" / "server.env").read_text())
+    return [values[access.API_KEY_ENV], values[access.ADMIN_API_KEY_ENV]]

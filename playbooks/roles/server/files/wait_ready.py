@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Wait until a server's /health answers 200, failing at once when its container stops running.
+"""Wait until a server's /health answers 200, failing at once when its container (or, with --pid, its
+process: Slurm's pyxis runtime) stops running.
 
 Standard library only: it runs on the GPU host with the host's python3. The container state comes from
 the Docker Engine API on a unix socket (no docker CLI needed). The last line printed is the verdict.
@@ -15,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -59,6 +61,15 @@ def last_log_line(docker_host: str, name: str) -> str:
     return lines[-1] if lines else ""
 
 
+def process_state(pid: int) -> dict:
+    """The container_state fields for a plain process (a zombie counts as exited)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return {"Running": False, "ExitCode": "?"}
+    return {"Running": fields[0] != "Z", "ExitCode": "?"}
+
+
 def healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
@@ -70,19 +81,31 @@ def healthy(url: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--url", required=True)
-    p.add_argument("--docker-host", required=True)
-    p.add_argument("--container", required=True)
+    p.add_argument("--docker-host")
+    p.add_argument("--container")
+    p.add_argument("--pid", type=int, help="the server's process, instead of --docker-host and --container")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--interval", type=float, default=1.0)
     args = p.parse_args(argv)
     start = time.monotonic()
     while True:
         waited = time.monotonic() - start
-        state = container_state(args.docker_host, args.container)
+        if args.pid:
+            state = process_state(args.pid)
+        elif args.container:
+            state = container_state(args.docker_host, args.container)
+        else:
+            state = {"Running": True}  # only the URL to watch
         if state is None:
             print(f"container {args.container} does not exist")
             return 1
         if not state.get("Running"):
+            if args.pid:
+                print(
+                    f"server process {args.pid} exited after {waited:.0f} s before {args.url} answered. "
+                    "Fix: read diag/kdakit-sglang.log in the results"
+                )
+                return 1
             cause = last_log_line(args.docker_host, args.container)
             print(
                 f"container {args.container} exited with code {state.get('ExitCode')} after {waited:.0f} s "
@@ -95,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if waited > args.timeout:
             print(
-                f"{args.url} did not answer within {args.timeout:.0f} s while {args.container} kept running. "
+                f"{args.url} did not answer within {args.timeout:.0f} s while "
+                f"{args.container or 'the server'} kept running. "
                 f"Fix: read diag/{args.container}.log; raise kdakit_server_ready_timeout for slow model loads"
             )
             return 1
