@@ -576,8 +576,10 @@ def test_slurm_ab_and_faults(cluster, tarballs):
 
         (down,) = lines["down"]
         assert re.fullmatch(
-            r"h2: bench failed \(job \d+ ended NODE_FAIL: node failure \(h2 down\S*, "
-            r"reason: kdakit fault test\) during bench\)", down), down  # fmt: skip
+            r"h2: bench failed \(job \d+ ended NODE_FAIL: node failure "
+            r"\((h2 down\S*, reason: kdakit fault test"
+            r"|a node of h2; scontrol show node did not answer for h2)\) during bench\)",
+            down), down  # fmt: skip
         (cancel,) = lines["cancel"]
         assert re.fullmatch(r"h2: bench failed \(job \d+ was cancelled \(scancel or an administrator\) "
                             r"during bench\)", cancel), cancel  # fmt: skip

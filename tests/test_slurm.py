@@ -231,6 +231,32 @@ def test_node_failure_names_the_node_and_its_reason():
     )
 
 
+def test_node_failure_asks_again_when_slurmctld_is_busy_and_says_when_it_never_answered():
+    answers = {"h2": "NodeName=h2 State=DOWN Reason=kdakit fault test [root@2026-12-02T03:30:00]"}
+
+    class BusyAtFirst(FakeSlurm):
+        node_queries = 0
+
+        def __call__(self, argv):
+            if argv[:3] == ["scontrol", "show", "node"]:
+                self.node_queries += 1
+                if self.node_queries == 1:  # slurmctld busy with the failure it is reporting
+                    self.calls.append(argv)
+                    return subprocess.CompletedProcess(argv, 1, "", "Socket timed out on send/recv")
+            return super().__call__(argv)
+
+    busy = BusyAtFirst([_job("NODE_FAIL", NodeList="h2")], nodes=answers)
+    end = _slurm(busy).wait("7", pending_timeout_s=60, poll_s=1, say=lambda _: None)
+    assert end.cause == "job 7 ended NODE_FAIL: node failure (h2 down, reason: kdakit fault test)"
+
+    silent = FakeSlurm([_job("NODE_FAIL", NodeList="h2")], nodes={})
+    end = _slurm(silent).wait("7", pending_timeout_s=60, poll_s=1, say=lambda _: None)
+    assert end.cause == (
+        "job 7 ended NODE_FAIL: node failure (a node of h2; scontrol show node did not answer for h2)"
+    )
+    assert sum(c[:3] == ["scontrol", "show", "node"] for c in silent.calls) == jobs.NODE_QUERY_ATTEMPTS
+
+
 @pytest.mark.parametrize(
     "state, cause",
     [

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from kdakit.facts.errors import UsageError
 
 COMMAND_TIMEOUT_S = 60
+# scontrol show node tries (a second apart): slurmctld is busiest just as it marks a node failed
+NODE_QUERY_ATTEMPTS = 3
 ACTIVE = {
     "PENDING",
     "CONFIGURING",
@@ -130,9 +132,16 @@ class Slurm:
         proc = self._cmd(["scontrol", "show", "hostnames", nodelist], check=False)
         return proc.stdout.split() if proc.returncode == 0 else [nodelist]
 
-    def node(self, name: str) -> dict:
-        proc = self._cmd(["scontrol", "show", "node", "-o", name], check=False)
-        return parse_fields(proc.stdout.splitlines()[0]) if proc.returncode == 0 and proc.stdout else {}
+    def node(self, name: str, attempts: int = NODE_QUERY_ATTEMPTS) -> dict:
+        """The node's scontrol record; {} when slurmctld did not answer in `attempts` tries a second apart (it
+        is busiest just when a node fails, the moment this is asked)."""
+        for attempt in range(attempts):
+            proc = self._cmd(["scontrol", "show", "node", "-o", name], check=False)
+            if proc.returncode == 0 and proc.stdout:
+                return parse_fields(proc.stdout.splitlines()[0])
+            if attempt + 1 < attempts:
+                self.sleep(1)
+        return {}
 
     def cancel(self, job_id: str) -> None:
         self._cmd(["scancel", job_id], check=False)
@@ -206,9 +215,11 @@ class Slurm:
         if state == "COMPLETED":
             return ""
         if state == "NODE_FAIL":
-            down = []
+            down, unanswered = [], []
             for name in nodes:
                 node = self.node(name)
+                if not node:
+                    unanswered.append(name)
                 node_state = node.get("State", "")
                 if any(
                     w in node_state for w in ("DOWN", "FAIL", "DRAIN", "NOT_RESPONDING")
@@ -216,6 +227,8 @@ class Slurm:
                     reason = node.get("Reason", "").split(" [")[0]
                     down.append(f"{name} {node_state.lower()}" + (f", reason: {reason}" if reason else ""))
             which = "; ".join(down) or "a node of " + ",".join(nodes)
+            if not down and unanswered:
+                which += f"; scontrol show node did not answer for {','.join(unanswered)}"
             return f"job {job_id} ended NODE_FAIL: node failure ({which})"
         return end_cause(job_id, state, fields)
 
