@@ -305,3 +305,38 @@ def test_contract_errors():
         q = torch.zeros(1, 10, 2, 24, dtype=torch.bfloat16)
         prefill.chunk_kda(q, q, x["v"], x["g"], x["beta"], initial_state=x["pool"],
                           initial_state_indices=x["idx"], cu_seqlens=x["cu"])  # fmt: skip
+
+
+def test_graph_tables_run_programs_for_the_real_chunks_only(monkeypatch):
+    """SGLang's prefill graph calls with the bucket's tables: tokens padded to the bucket and 30 empty
+    sequence slots (PAD_SLOT_ID -1) after the batch. The chunk kernels get one lane per 64 tokens of the
+    bucket (3), not one program per chunk slot of the tables (192 // 64 + 32 = 35), and the results match
+    the same batch called without the tables."""
+    lens, bucket, empty = [17, 70], 192, 30
+    real = make(lens, seed=9)
+    x = dict(real)
+    pad = bucket - sum(lens)
+    gen = torch.Generator().manual_seed(10)
+    for name in ("q", "k", "v", "g", "beta"):
+        t = real[name]
+        x[name] = torch.cat([t, torch.randn(1, pad, *t.shape[2:], generator=gen).to(t.dtype)], 1)
+    x["cu"] = torch.cat([real["cu"], torch.full((empty,), sum(lens), dtype=torch.int32)])
+    x["idx"] = torch.cat([real["idx"], torch.full((empty,), -1, dtype=real["idx"].dtype)])
+    sizes = []
+    lane_ids = prefill._lane_ids
+
+    def recording(lanes, device):
+        sizes.append(lanes)
+        return lane_ids(lanes, device)
+
+    monkeypatch.setattr(prefill, "_lane_ids", recording)
+    out, _, pool = run(x)
+    assert sizes[0] == bucket // 64, f"chunk lanes {sizes[0]}: sized by the tables, not by the tokens"
+    check(real, out[:, : sum(lens)], pool, lower_bound=-5.0)
+
+
+def test_state_tile_never_widens_past_what_shared_memory_holds():
+    """8 sequence slots x 16 heads (a prefill graph with SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS=8) asked for a
+    128-wide state tile, whose stages do not fit the H200's shared memory; the tile stops at 64."""
+    assert prefill.widened_block_v(16, 128, 128, 132) == 16
+    assert prefill.widened_block_v(16, 64, 128, 132) == 64
