@@ -225,27 +225,62 @@ def _intra_chunk_fn(
                 mid_row = torch.clamp(torch.minimum(start + tile_i.id * 16 + 8, end - 1), min=0) * HV + hv
                 first_row = torch.clamp(torch.minimum(start + tile_i.id * 16, end - 1), min=0) * HV + hv
 
-                # diagonal block, factorised around its middle row (exponents of both factors stay small)
+                last_row = torch.clamp(torch.minimum(start + tile_i.id * 16 + 15, end - 1), min=0) * HV + hv
+
+                # Diagonal block. Factorised around its middle row, as two tensor-core dots, while every
+                # exponent of the two factors stays within +-FACTOR_SPAN log2 units (no factor or product
+                # overflows fp32); else (extreme decay, e.g. a softplus gate with a large A_log) column by
+                # column with each exp2(g_i - g_j) <= 1 formed directly.
+                spread = hl.zeros([block_k], dtype=torch.float32)
+                for tile_k in hl.tile(K, block_size=block_k):
+                    cols = tile_k.index
+                    top = hl.load(gcum_rows, [first_row, cols])
+                    centre = hl.load(gcum_rows, [mid_row, cols])
+                    bottom = hl.load(gcum_rows, [last_row, cols])
+                    spread = torch.maximum(spread, torch.maximum(top - centre, centre - bottom))
                 acc_kk = hl.zeros([16, 16], dtype=torch.float32)
                 acc_qk = hl.zeros([16, 16], dtype=torch.float32)
                 ssq_k = hl.zeros([16], dtype=torch.float32)
                 ssq_q = hl.zeros([16], dtype=torch.float32)
-                for tile_k in hl.tile(K, block_size=block_k):
-                    cols = tile_k.index
-                    ki = hl.load(
-                        k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                    ).float()
-                    qi = hl.load(
-                        q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                    ).float()
-                    gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
-                    g_mid = hl.load(gcum_rows, [mid_row, cols])[None, :]
-                    up = _exp2c(gi - g_mid)
-                    kd = (ki * _exp2c(g_mid - gi)).T
-                    acc_kk = acc_kk + _dot32(ki * up, kd)
-                    acc_qk = acc_qk + _dot32(qi * up, kd)
-                    ssq_k = ssq_k + (ki * ki).sum(1)
-                    ssq_q = ssq_q + (qi * qi).sum(1)
+                if torch.amax(spread, 0) <= 120.0:
+                    for tile_k in hl.tile(K, block_size=block_k):
+                        cols = tile_k.index
+                        ki = hl.load(
+                            k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
+                        ).float()
+                        qi = hl.load(
+                            q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
+                        ).float()
+                        gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                        g_mid = hl.load(gcum_rows, [mid_row, cols])[None, :]
+                        up = _exp2c(gi - g_mid)
+                        kd = (ki * _exp2c(g_mid - gi)).T
+                        acc_kk = acc_kk + _dot32(ki * up, kd)
+                        acc_qk = acc_qk + _dot32(qi * up, kd)
+                        ssq_k = ssq_k + (ki * ki).sum(1)
+                        ssq_q = ssq_q + (qi * qi).sum(1)
+                else:
+                    for tile_k in hl.tile(K, block_size=block_k):
+                        cols = tile_k.index
+                        ki = hl.load(
+                            k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
+                        ).float()
+                        qi = hl.load(
+                            q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
+                        ).float()
+                        gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                        for tile_c in hl.tile(16, block_size=1):
+                            # column c of the block is its row c (taken from the registers)
+                            row_c = lane[:, None] == tile_c.id
+                            kc = torch.where(row_c, ki, 0.0).sum(0)
+                            gc = torch.where(row_c, gi, 0.0).sum(0)
+                            # rows at or below column c decay (<= 1); the rows above are masked below
+                            e = torch.exp2(torch.clamp(gi - gc[None, :], max=0.0)) * kc[None, :]
+                            pick = lane[None, :] == tile_c.id
+                            acc_kk = acc_kk + torch.where(pick, (ki * e).sum(1)[:, None], 0.0)
+                            acc_qk = acc_qk + torch.where(pick, (qi * e).sum(1)[:, None], 0.0)
+                        ssq_k = ssq_k + (ki * ki).sum(1)
+                        ssq_q = ssq_q + (qi * qi).sum(1)
                 if use_l2norm:
                     rk_i = torch.rsqrt(ssq_k + 1e-6)
                     rq_i = torch.rsqrt(ssq_q + 1e-6)
@@ -780,7 +815,6 @@ def _launch_within_shared_memory(kernel, args: tuple):
 
 
 _lanes_cache: dict[tuple, torch.Tensor] = {}
-_positions_cache: dict[tuple, torch.Tensor] = {}
 
 
 def _lane_ids(lanes: int, device) -> torch.Tensor:
@@ -790,21 +824,8 @@ def _lane_ids(lanes: int, device) -> torch.Tensor:
     return _lanes_cache[key]
 
 
-def _sequence_count(cu: torch.Tensor) -> torch.Tensor:
-    """[1] int64 on the device: the index after the last sequence with tokens (no host sync). Empty
-    sequences before it are run (they change nothing); the graph tables' empty slots after it are not."""
-    n = cu.numel() - 1
-    key = (n, str(cu.device))
-    if key not in _positions_cache:
-        _positions_cache[key] = torch.arange(1, n + 1, dtype=torch.int64, device=cu.device)
-    return (_positions_cache[key] * (cu[1:] > cu[:-1])).amax().reshape(1)
-
-
 def _is_pow2(n: int) -> bool:
     return n >= 16 and n & (n - 1) == 0
-
-
-_fixed_ends: dict[tuple, torch.Tensor] = {}
 
 
 _fixed_cus: dict[tuple, torch.Tensor] = {}
@@ -817,19 +838,59 @@ def _fixed_cu(B: int, T: int, device) -> torch.Tensor:
     return _fixed_cus[key]
 
 
-def _chunk_ends(cu_seqlens: torch.Tensor | None, B: int, T: int, device) -> tuple[torch.Tensor, int]:
-    """Inclusive cumsum of the chunk counts per sequence [N] (int64, on the device, no host sync) and an
-    upper bound M on the number of chunks. Programs past the last chunk find an empty row range."""
+def _tables_fn(
+    cu_seqlens: torch.Tensor,  # [N+1]
+    ends: torch.Tensor,  # [N] int64 out: packed chunk index after the last chunk of each sequence
+    counts: torch.Tensor,  # [2] int64 out: the real chunks; the index after the last sequence with tokens
+) -> torch.Tensor:
+    """One program: the chunk map every later kernel reads, from cu_seqlens on the device (no host sync).
+    Empty sequences before the last one with tokens are run by the state pass (they change nothing); the
+    graph tables' empty slots after it are not."""
+    N = ends.size(0)
+    for tile_one in hl.tile(1, block_size=1):
+        chunks = hl.zeros([tile_one], dtype=torch.int64)
+        last = hl.zeros([tile_one], dtype=torch.int64)
+        for tile_n in hl.tile(N):
+            n = tile_n.index
+            lengths = (cu_seqlens[n + 1] - cu_seqlens[n]).long()
+            per_seq = (lengths + 63) // 64
+            hl.store(ends, [n], hl.cumsum(per_seq, 0) + chunks)
+            chunks = chunks + per_seq.sum(0)
+            last = torch.maximum(last, torch.where(lengths > 0, n + 1, 0).amax(0))
+        hl.store(counts, [tile_one.index], chunks)
+        hl.store(counts, [tile_one.index + 1], last)
+    return counts
+
+
+_tables_kernel = helion.kernel(
+    _tables_fn,
+    static_shapes=False,
+    config=helion.Config(block_sizes=[128], num_warps=4, num_stages=1, indexing="pointer"),
+    key=_size_one_key,
+    ignore_warnings=_IGNORED,
+)
+_fixed_tables: dict[tuple, tuple] = {}
+
+
+def _chunk_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device) -> tuple:
+    """(ends [N] int64, counts [2] int64, M): the inclusive cumsum of the chunk counts per sequence, the
+    batch's real chunks and sequences (all on the device, no host sync), and an upper bound M on the
+    chunks (the chunk-indexed buffers' rows). Varlen tables are one small kernel launch; fixed-length ones
+    are constants, cached."""
     if cu_seqlens is None:
         per_seq = math.ceil(T / CHUNK)
         key = (B, per_seq, str(device))
-        if key not in _fixed_ends:
-            _fixed_ends[key] = torch.arange(1, B + 1, dtype=torch.int64, device=device) * per_seq
-        return _fixed_ends[key], max(B * per_seq, 1)
+        if key not in _fixed_tables:
+            ends = torch.arange(1, B + 1, dtype=torch.int64, device=device) * per_seq
+            counts = torch.tensor([B * per_seq, B], dtype=torch.int64, device=device)
+            _fixed_tables[key] = (ends, counts)
+        return (*_fixed_tables[key], max(B * per_seq, 1))
     n = cu_seqlens.numel() - 1
-    ends = torch.cumsum((cu_seqlens[1:] - cu_seqlens[:-1] + (CHUNK - 1)) // CHUNK, 0)
+    ends = torch.empty(n, dtype=torch.int64, device=device)
+    counts = torch.empty(2, dtype=torch.int64, device=device)
+    _tables_kernel(cu_seqlens, ends, counts)
     slots = math.ceil(T / CHUNK) if n == 1 else T // CHUNK + n
-    return ends, max(slots, 1)
+    return ends, counts, max(slots, 1)
 
 
 def chunk_kda(
@@ -904,7 +965,7 @@ def chunk_kda(
         raise ValueError(f"initial_state_indices must have one slot per sequence ({N})")
     total = B * T
     kernels = _kernels_for(_bucket(total, H, HV, K, V, initial_state.dtype), q.device)
-    ends, slots = _chunk_ends(cu_seqlens, B, total if cu_seqlens is not None else T, q.device)
+    ends, counts, slots = _chunk_tables(cu_seqlens, B, total if cu_seqlens is not None else T, q.device)
 
     # token rows [T, heads*dim] with any row stride: views of SGLang's packed conv output stay views
     q_rows = q.reshape(total, H * K)
@@ -938,7 +999,7 @@ def chunk_kda(
     # One program per chunk lane (and head, tile): a lane runs the real chunks p, p + P, ... (their count is
     # device data), so the empty chunk slots of a CUDA graph's tables cost no program.
     chunk_lanes = _lane_ids(slots if cu_seqlens is None else max(1, math.ceil(total / CHUNK)), dev)
-    chunk_count = ends[-1:]
+    chunk_count = counts[:1]
     kernels["gate"](
         g_rows, a_log, bias, cu, ends, gcum, spans, chunk_lanes,
         float(lower_bound if lower_bound is not None else 0.0), gate_mode, has_bias, HV,
@@ -974,7 +1035,7 @@ def chunk_kda(
     state_kernel, lanes = _state_kernel(kernels["state"], N, HV, V, dev)
     _launch_within_shared_memory(state_kernel, (
         w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
-        track_rows, track_chunk, _lane_ids(lanes, dev), _sequence_count(cu), has_track, HV,
+        track_rows, track_chunk, _lane_ids(lanes, dev), counts[1:], has_track, HV,
     ))  # fmt: skip
     return (out, None) if output_intermediate_states else out
 
