@@ -207,7 +207,7 @@ def test_lifecycle_row_is_skipped_without_a_gpu_never_passed():
 
 
 def _report(out_error):
-    from kdakit.kernels.integration import lifecycle
+    from kdakit.kernels.tools import lifecycle
 
     report = lifecycle.LifecycleReport("helion", lifecycle.served_shape(), 1, phases=["decode"])
     report.errors.append(lifecycle.PhaseError("decode", "helion", out_error, 0.0))

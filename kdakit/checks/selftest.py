@@ -10,7 +10,7 @@ Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
   used, and listed as "active, tuned with other triton/torch: re-tune in the image";
 - with a GPU: a quick numerical parity of each Helion KDA kernel the arm runs against SGLang's Triton
   kernel for the same phase, and the arm's whole request lifecycle through SGLang's own KDA backend
-  (`kdakit.kernels.integration.lifecycle`: prefill, decode, chain verify, commit, a second verify round and
+  (`kdakit.kernels.tools.lifecycle`: prefill, decode, chain verify, commit, a second verify round and
   CUDA-graph replay with padded rows, at the PR's heads and head dim) against the fp64 reference, so an
   ops team learns before serving that the arm works on its GPUs. Without a GPU these rows are SKIP.
 Exit code 1 when any check fails.
@@ -37,7 +37,7 @@ def arm_kernels() -> dict[str, str | None]:
     """arm -> the KDAKIT_HELION_KERNELS value that selects its kernels (None: no Helion backend), from
     kdakit/facts/profiles/arms.toml."""
     from kdakit.facts import profiles
-    from kdakit.kernels.integration.lifecycle import arm_settings
+    from kdakit.kernels.tools.lifecycle import arm_settings
 
     settings = {name: arm_settings(name) for name in profiles.arms()}
     return {name: kernels if backend == "helion" else None for name, (backend, kernels) in settings.items()}
@@ -219,7 +219,7 @@ def lifecycle_check(arm: str, facts: dict, run=None) -> Check:
     name = f"server lifecycle: arm {arm} through SGLang's KDA backend"
     if not facts.get("gpu"):
         return Check(name, SKIP, "no GPU here")
-    from kdakit.kernels.integration import lifecycle
+    from kdakit.kernels.tools import lifecycle
 
     run = run or lifecycle.run
     try:

@@ -199,7 +199,7 @@ def cmd_autotune(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from kdakit.kernels import tuned
-    from kdakit.kernels.tools import bench
+    from kdakit.kernels.tools import bench, bench_record, table
 
     tuned.set_mode("shipped" if args.configs == "both" else args.configs)
     cfg = config_from_args(args)
@@ -214,15 +214,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     (out_dir / "kernels-bench.partial.json").unlink(missing_ok=True)
     result["kernel_configs"] = {"mode": args.configs, "active": tuned.active()}
-    raw, record = bench.write_outputs(result, out_dir, run_id)
-    print(bench.render_table(result))
+    raw, record = bench_record.write_outputs(result, out_dir, run_id)
+    print(table.render_table(result))
     print(tuned.describe_active(args.configs))
     print(f"\nwrote {raw}" + (f" and {record}" if record else ""))
-    return 1 if bench.any_failure(result) else 0
+    return 1 if bench_record.any_failure(result) else 0
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from kdakit.kernels.tools import bench
+    from kdakit.kernels.tools import bench_record, table
 
     raw = Path(args.raw)
     try:
@@ -232,9 +232,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     if result.get("kind") != "kdakit.kernels-bench":
         raise UsageError(f"{raw}: not a kernels-bench JSON (kind {result.get('kind')!r})")
     run_id = args.run_id or raw.resolve().parent.parent.name
-    print(bench.render_table(result))
-    print(f"\nwrote {bench.write_record(result, raw.parent, run_id)}")
-    return 1 if bench.any_failure(result) else 0
+    print(table.render_table(result))
+    print(f"\nwrote {bench_record.write_record(result, raw.parent, run_id)}")
+    return 1 if bench_record.any_failure(result) else 0
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:

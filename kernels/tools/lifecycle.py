@@ -260,9 +260,10 @@ def load_patched_sglang(kernels: str):
     import sys
 
     from kdakit.kernels import integration
+    from kdakit.kernels.integration import unified_diff
 
     os.environ[integration.ENV_VAR] = kernels
-    patches = {fp.path: fp for fp in integration.parse(integration.patch_file().read_text())}
+    patches = {fp.path: fp for fp in unified_diff.parse(integration.patch_file().read_text())}
     adapter = None
     for path, file_patch in patches.items():
         name = integration.module_name(path)
@@ -273,8 +274,8 @@ def load_patched_sglang(kernels: str):
         spec = importlib.util.find_spec(name)
         with open(spec.origin) as f:
             source = f.read().splitlines()
-        if integration._apply_hunks(source, file_patch.hunks, reverse=True) is None:  # not patched yet
-            source = integration._apply_hunks(source, file_patch.hunks)
+        if unified_diff.apply_hunks(source, file_patch.hunks, reverse=True) is None:  # not patched yet
+            source = unified_diff.apply_hunks(source, file_patch.hunks)
             if source is None:
                 raise integration.PatchError(f"kdakit's patch does not apply to {spec.origin}")
         module = importlib.util.module_from_spec(spec)
