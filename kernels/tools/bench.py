@@ -14,6 +14,7 @@ The pure parts (byte counts, statistics, table, JSON) run anywhere; timing needs
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import math
 import platform
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from kdakit.kernels import shapes
-from kdakit.kernels.tools import cost_model, timing
+from kdakit.kernels.tools import cost_model, timing, verify_layer
 from kdakit.kernels.tools.bench_inputs import (
     TOLERANCES,
     check_errors,
@@ -44,6 +45,7 @@ from kdakit.kernels.tools.timing import (
     GraphTimer,
     calls_per_graph,
     measure_copy_bandwidth,
+    measure_matmul_rate,
     slot_sets,
 )
 
@@ -53,7 +55,9 @@ from kdakit.facts.errors import UsageError
 # Configuration
 
 
-PHASES = ("prefill", "decode", "verify")
+PHASES = ("prefill", "decode", "verify", "verify-layer")
+# verify-layer (the CuTe-verify PR's per-layer table) runs only when asked for by name
+DEFAULT_PHASES = ("prefill", "decode", "verify")
 _MODEL, _BENCH = shapes.load()["model"], shapes.load()["bench"]
 
 
@@ -61,7 +65,7 @@ _MODEL, _BENCH = shapes.load()["model"], shapes.load()["bench"]
 class BenchConfig:
     """One bench run; the defaults are kernels/shapes.toml's."""
 
-    phases: tuple[str, ...] = PHASES
+    phases: tuple[str, ...] = DEFAULT_PHASES
     decode_batches: tuple[int, ...] = tuple(_BENCH["decode_batches"])
     verify_batches: tuple[int, ...] = tuple(_BENCH["verify_batches"])
     draft_tokens: int = _MODEL["draft_tokens"]
@@ -73,6 +77,7 @@ class BenchConfig:
     replays: int = _BENCH["replays"]
     single_replays: int = _BENCH["single_replays"]
     pool_bytes: int = _MODEL["pool_slots"] * _MODEL["heads"] * _MODEL["head_dim"] ** 2 * 4  # fp32 states
+    verify_layer_requests: tuple[int, ...] = tuple(_BENCH["verify_layer_requests"])
     repeats: int = _BENCH["repeats"]  # rounds per shape, arms interleaved
     band_pct: float = _BENCH["band_pct"]  # the "within" band of the kdakit / arm verdicts
     seed: int = 0
@@ -100,6 +105,7 @@ ARMS = {
         "helion-upstream": "SGLang upstream Helion chunk_kda",
         "helion-kdakit": "kdakit Helion chunk_kda",
         "helion-kdakit-default": "kdakit Helion chunk_kda, default configs",
+        "fla": "FLA 0.6.0 chunk_kda (fla-core)",
     },
 }
 
@@ -202,16 +208,21 @@ def load_arms(
         found["decode:helion-upstream"] = up.helion_packed_decode
         found["verify:helion-upstream"] = up.helion_verify
         found["prefill:helion-upstream"] = up.helion_chunk_kda
+        found["verify-layer:conv1d-update"] = up.conv1d_update
+        found["verify-layer:replayssm-commit"] = up.replayssm_commit
         for key in [k for k, v in found.items() if v is None]:
             del found[key]
             missing[key] = "; ".join(f"{k}: {v}" for k, v in up.missing.items()) or "not importable"
     except Exception as exc:
         for phase, arms in ARMS.items():
             for arm in arms:
-                if not arm.endswith("kdakit") and arm not in OPTIONAL_ARMS:
+                if not arm.endswith("kdakit") and arm not in OPTIONAL_ARMS and arm != "fla":
                     missing[f"{phase}:{arm}"] = f"SGLang kernels unavailable: {type(exc).__name__}: {exc}"
-    import importlib
-
+    try:
+        found["prefill:fla"] = fla_prefill(importlib.import_module(FLA_MODULE).chunk_kda)
+        info["fla_version"] = _version("fla-core")
+    except ImportError as exc:
+        missing["prefill:fla"] = f"fla-core {FLA_VERSION} not installed ({type(exc).__name__}: {exc})"[:500]
     from kdakit.kernels import integration
 
     for phase, module in integration.KDAKIT_MODULES.items():
@@ -222,12 +233,50 @@ def load_arms(
         except Exception as exc:
             missing[f"{phase}:helion-kdakit"] = f"{type(exc).__name__}: {exc}"
     if kdakit_configs == "both":
-        for phase in PHASES:
+        for phase in ARMS:
             if f"{phase}:helion-kdakit" in found:
                 found[f"{phase}:helion-kdakit-default"] = with_default_configs(
                     found[f"{phase}:helion-kdakit"]
                 )
     return found, missing, info
+
+
+FLA_MODULE = "fla.ops.kda"
+FLA_VERSION = "0.6.0"  # PyPI fla-core, a pure-Python wheel (the peer issue 34 names)
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def fla_prefill(chunk_kda: Callable) -> Callable:
+    """FLA's `chunk_kda` behind SGLang's prefill contract: the pool rows gathered into FLA's per-sequence
+    states (V-first, as SGLang's pool), the gate, beta sigmoid and L2 norm in FLA's kernels, the final states
+    written back into the pool; the output is FLA's own tensor."""
+
+    def call(*, q, k, v, g, beta, initial_state, initial_state_indices, cu_seqlens, A_log, dt_bias,
+             lower_bound, use_qk_l2norm_in_kernel, beta_is_raw, **_):  # fmt: skip
+        import torch
+
+        slots = initial_state_indices.long()
+        with torch.no_grad():
+            o, final = chunk_kda(
+                q, k, v, g[:, : q.shape[1]], beta[:, : q.shape[1]],
+                initial_state=initial_state[slots].float(), output_final_state=True,
+                use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, use_gate_in_kernel=True,
+                use_beta_sigmoid_in_kernel=beta_is_raw, safe_gate=lower_bound is not None,
+                lower_bound=lower_bound, state_v_first=True, cu_seqlens=cu_seqlens.long(), A_log=A_log,
+                dt_bias=dt_bias, use_graph=True, max_num_seqs=slots.numel(),
+            )  # fmt: skip
+        initial_state[slots] = final.to(initial_state.dtype)
+        return o
+
+    return call
 
 
 def with_default_configs(fn: Callable) -> Callable:
@@ -428,6 +477,7 @@ def bench_prefill(cfg: BenchConfig, shape: tuple[int, int], arms: dict, missing:
     nbytes = cost_model.prefill_bytes(batch, tokens, H, HV, K, V)
     row = dict(phase="prefill", shape=f"{batch}x{tokens}", shape_label=f"{batch} × {tokens}", batch=batch)
     row.update(tokens=tokens, bytes=nbytes, calls_per_graph=calls, arms={})
+    row["flops"] = cost_model.prefill_flops(batch, tokens, H, HV, K, V)
 
     def restore():
         x["qkv"].copy_(qkv0)
@@ -525,11 +575,16 @@ def run(
     log(f"GPU {env['gpu']}, driver {env['driver']}, versions {env['versions']}")
     bandwidth = measure_copy_bandwidth()
     log(f"copy bandwidth {bandwidth['bytes_per_s'] / 1e12:.2f} TB/s")
+    matmul = measure_matmul_rate() if "prefill" in cfg.phases else {"flops_per_s": None}
+    if matmul["flops_per_s"]:
+        log(f"bf16 matmul rate {matmul['flops_per_s'] / 1e12:.0f} TFLOP/s")
     timer = GraphTimer(cfg.replays, cfg.single_replays)
     rows = []
     # Decode and verify first (the targets), prefill last; rows are reported in the PR's order.
-    for phase in sorted(cfg.phases, key=("decode", "verify", "prefill").index):
-        if phase == "prefill":
+    for phase in sorted(cfg.phases, key=("decode", "verify", "verify-layer", "prefill").index):
+        if phase == "verify-layer":
+            cases = [(verify_layer.bench_row, n) for n in cfg.verify_layer_requests]
+        elif phase == "prefill":
             cases = [(bench_prefill, s) for s in cfg.prefill_shapes]
         elif phase == "decode":
             cases = [(bench_decode, b) for b in cfg.decode_batches]
@@ -539,6 +594,10 @@ def run(
             t0 = time.time()
             row = bench(cfg, shape, arms, missing, timer, gen)
             row["floor_us"] = cost_model.floor_us(row["bytes"], bandwidth["bytes_per_s"])
+            if "bytes_ring" in row:
+                row["floor_ring_us"] = cost_model.floor_us(row["bytes_ring"], bandwidth["bytes_per_s"])
+            if "flops" in row:
+                row["compute_floor_us"] = cost_model.compute_floor_us(row["flops"], matmul["flops_per_s"])
             rows.append(row)
             cells = {
                 a: (round(e["per_call"]["median"], 2) if e["status"] == "ok" else e["status"])
@@ -546,7 +605,8 @@ def run(
             }
             log(f"{phase} {row['shape_label']}: {cells} ({time.time() - t0:.1f} s)")
             if partial_path is not None:
-                partial = {"environment": env, "copy_bandwidth": bandwidth, "rows": rows}
+                partial = {"kind": "kdakit.kernels-bench.partial", "config": dataclasses.asdict(cfg)}
+                partial.update(environment=env, copy_bandwidth=bandwidth, matmul_rate=matmul, rows=rows)
                 partial_path.write_text(json.dumps(partial))
             torch.cuda.empty_cache()
     rows.sort(key=lambda r: PHASES.index(r["phase"]))
@@ -575,6 +635,7 @@ def run(
         "environment": env,
         "upstream": info,
         "copy_bandwidth": bandwidth,
+        "matmul_rate": matmul,
         "rows": rows,
         "notes": notes,
     }

@@ -94,13 +94,15 @@ def decode_call(arm: str, fn, cfg, x: dict, A_log, dt_bias, pool, idx, qsl):
     return x["out"].reshape(x["out"].shape[0], HV, V)
 
 
-def verify_call(arm: str, fn, cfg, x: dict, A_log, dt_bias, pool, idx, rows, qsl, snapshots):
+def verify_call(arm: str, fn, cfg, x: dict, A_log, dt_bias, pool, idx, rows, qsl, snapshots, extra=None):
+    """One verify call as the adapters make it; `extra`: further keywords (the ReplaySSM ring's)."""
     HV, V = cfg.value_heads, cfg.head_dim
     q, k, v = split_qkv(x["mixed_qkv"], cfg)
     common = dict(
         A_log=A_log, dt_bias=dt_bias, q=q, k=k, v=v, a=x["a"], b=x["b"],
         intermediate_states_buffer=snapshots, intermediate_state_indices=rows,
         cache_steps=cfg.draft_tokens, retrieve_parent_token=None, lower_bound=cfg.lower_bound,
+        **(extra or {}),
     )  # fmt: skip
     if arm == "triton":  # TritonKDAKernel.target_verify
         o = fn(

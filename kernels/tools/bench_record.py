@@ -11,12 +11,15 @@ from pathlib import Path
 RAW_NAME = "kernels-bench.json"
 
 RECORD_NAME = "kernels.result.json"
+RECORD_PHASES = ("prefill", "decode", "verify")  # the record schema's kernel phases
 
 
 def normalized_rows(result: dict) -> list[dict]:
     """Rows for the kdakit.result.v1 `kernels` record: one per (phase, shape, arm)."""
     out = []
     for row in result["rows"]:
+        if row["phase"] not in RECORD_PHASES:  # the per-layer verify table stays in the raw JSON only
+            continue
         for arm_id, entry in row["arms"].items():
             status = entry.get("status", "failed")
             if status == "ok" and not entry.get("check", {}).get("ok", True):
@@ -24,7 +27,7 @@ def normalized_rows(result: dict) -> list[dict]:
             item = {
                 "phase": row["phase"],
                 "shape": row["shape"],
-                "arm": "triton" if arm_id.startswith("triton") else "helion",
+                "arm": "helion" if arm_id.startswith("helion") else "triton",  # FLA's is a Triton kernel
                 "variant": arm_id,
                 "median_us": entry["per_call"]["median"] if entry.get("status") == "ok" else None,
                 "samples": entry["per_call"]["n"] if entry.get("status") == "ok" else 0,

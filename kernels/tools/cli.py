@@ -50,7 +50,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=_DefaultsShown,
     )
     phases = ",".join(bench_module.PHASES)
-    bench.add_argument("--phases", default=phases, help=f"a subset of {phases}")
+    bench.add_argument(
+        "--phases",
+        default=",".join(bench_module.DEFAULT_PHASES),
+        help=f"a subset of {phases} (verify-layer: conv1d update + recurrence per layer, the CuTe-verify "
+        "PR's table, with SGLang's ReplaySSM ring and CuTe where they run)",
+    )
+    bench.add_argument(
+        "--verify-layer-requests",
+        default=shapes.csv("bench", "verify_layer_requests"),
+        help="requests per layer verify (phase verify-layer)",
+    )
     bench.add_argument(
         "--decode-batches", default=shapes.csv("bench", "decode_batches"), help="requests per call"
     )
@@ -178,6 +188,7 @@ def config_from_args(args: argparse.Namespace):
         phases=bench.parse_phases(args.phases),
         decode_batches=bench.parse_int_list(args.decode_batches, "decode-batches"),
         verify_batches=bench.parse_int_list(args.verify_batches, "verify-batches"),
+        verify_layer_requests=bench.parse_int_list(args.verify_layer_requests, "verify-layer-requests"),
         draft_tokens=_positive(args.draft_tokens, "draft-tokens"),
         prefill_shapes=bench.parse_prefill_shapes(args.prefill_shapes),
         heads=_positive(args.heads, "heads"),

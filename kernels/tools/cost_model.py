@@ -49,3 +49,24 @@ def floor_us(nbytes: int, bandwidth_bytes_per_s: float | None) -> float | None:
     if not bandwidth_bytes_per_s:
         return None
     return nbytes / bandwidth_bytes_per_s * 1e6
+
+
+CHUNK = 64  # the chunk length of every chunked KDA prefill (SGLang's Triton and Helion, kdakit, FLA)
+
+
+def prefill_flops(batch: int, tokens: int, h: int, hv: int, k: int, v: int, chunk: int = CHUNK) -> int:
+    """FLOPs (2 per multiply-add) of the chunked prefill's matrix products, per value head and chunk: the
+    intra-chunk q·k and k·k scores (2 C²K), the triangular solve (C³/3), W and U (C²K + C²V), the state
+    pass's W·S, q·S and kᵀ·v_new (3 CKV) and the scores times v_new (C²V). Element-wise work (gates, norms,
+    decays) is left out: the floor is what the tensor cores must at least do."""
+    chunks = batch * -(-tokens // chunk)
+    c = chunk
+    macs = 2 * c * c * k + c**3 // 3 + c * c * k + c * c * v + 3 * c * k * v + c * c * v
+    return 2 * macs * chunks * hv
+
+
+def compute_floor_us(flops: int, flops_per_s: float | None) -> float | None:
+    """The time `flops` take at a rate (FLOP/s): the compute floor beside the HBM floor."""
+    if not flops_per_s:
+        return None
+    return flops / flops_per_s * 1e6

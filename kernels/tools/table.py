@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kdakit.kernels import shapes
-from kdakit.kernels.tools.bench import ARMS, OPTIONAL_ARMS, BenchConfig, kdakit_vs
+from kdakit.kernels.tools import verify_layer
+from kdakit.kernels.tools.bench import ARMS, KDAKIT, OPTIONAL_ARMS, BenchConfig, kdakit_vs
 
 
 def change(candidate: float | None, reference: float | None) -> float | None:
@@ -47,8 +48,12 @@ def _arm_cell(row: dict, arm: str, key: str = "per_call") -> str:
 
 def render_table(result: dict) -> str:
     """The PR's table (`| phase | shape | Triton | Helion | change |`) for kdakit's and upstream's Helion,
-    with the HBM floor; then the decode Triton paths and the single-call replay latencies."""
-    rows = result["rows"]
+    with the HBM floor; then the decode Triton paths, the prefill peers with the compute floor, the
+    single-call replay latencies, and the per-layer verify table (phase verify-layer) after all of them."""
+    layer_rows = [r for r in result["rows"] if r["phase"] == verify_layer.PHASE]
+    rows = [r for r in result["rows"] if r["phase"] != verify_layer.PHASE]
+    if not rows:
+        return "\n".join(verify_layer_table(result))
     bw = result.get("copy_bandwidth", {}).get("bytes_per_s")
     repeats = result.get("config", {}).get("repeats", 1)  # a record from before rounds: one
     over_rounds = f", then the median over {repeats} interleaved rounds" if repeats > 1 else ""
@@ -99,14 +104,17 @@ def render_table(result: dict) -> str:
         cells = [_arm_cell(row, a, "single_call") if a in row["arms"] else "" for a in arms]
         lines.append(f"| {row['phase']} | {row['shape_label']} | " + " | ".join(cells) + " |")
     lines += config_comparison(result)
+    lines += prefill_peers(result, rows)
     failed = [
         f"{row['phase']} {row['shape_label']} {arm}: {entry.get('error') or entry.get('check')}"
-        for row in rows
+        for row in rows + layer_rows
         for arm, entry in row["arms"].items()
         if entry.get("status") == "failed" or not entry.get("check", {}).get("ok", True)
     ]
     if failed:
         lines += ["", "Failures:"] + [f"- {f}" for f in failed]
+    if layer_rows:
+        lines += [""] + verify_layer_table(result)
     verdicts = targets(result)
     if verdicts:
         lines += ["", "Performance targets (kdakit Helion, kernels/shapes.toml [targets]):", ""]
@@ -265,3 +273,71 @@ def targets(result: dict) -> list[tuple[str, bool]]:
             out.append((f"{label}: {ratio:.2f}x Triton verify (target <= {VERIFY_VS_TRITON})",
                         ratio <= VERIFY_VS_TRITON))  # fmt: skip
     return out
+
+
+def prefill_peers(result: dict, rows: list[dict]) -> list[str]:
+    """Lines of every prefill arm (FLA's beside SGLang's and kdakit's) with the HBM and compute floors, for a
+    run that has the FLA arm or a compute floor (none for older records)."""
+    prefill = [r for r in rows if r["phase"] == "prefill" and ("fla" in r["arms"] or "compute_floor_us" in r)]
+    if not prefill:
+        return []
+    rate = (result.get("matmul_rate") or {}).get("flops_per_s")
+    at = f"{rate / 1e12:.0f} TFLOP/s (bf16 matmul measured in this run)" if rate else "no measured rate"
+    arms = [a for a in ARMS["prefill"] if any(a in r["arms"] for r in prefill)]
+    lines = [
+        "",
+        "Prefill, every arm (µs; change of kdakit vs each); compute floor: the chunked prefill's FLOPs "
+        f"at {at}:",
+        "",
+        "| shape | " + " | ".join(ARMS["prefill"][a] for a in arms) + " | HBM floor | compute floor | "
+        "kdakit / compute floor |",
+        "|---|" + "---:|" * (len(arms) + 3),
+    ]
+    for row in prefill:
+        ours = _arm_median(row, KDAKIT)
+        cells = []
+        for arm in arms:
+            cell = _arm_cell(row, arm)
+            ch = change(ours, _arm_median(row, arm))
+            cells.append(cell if arm == KDAKIT or ch is None else f"{cell} ({_fmt_change(ch)})")
+        compute = row.get("compute_floor_us")
+        ratio = f"{ours / compute:.1f}×" if ours and compute else "—"
+        lines.append(
+            f"| {row['shape_label']} | "
+            + " | ".join(cells)
+            + f" | {_fmt_us(row.get('floor_us'))} | {_fmt_us(compute)} | {ratio} |"
+        )
+    return lines
+
+
+def verify_layer_table(result: dict) -> list[str]:
+    """The CuTe-verify PR's per-layer table: conv1d update + recurrence per request count, snapshots for
+    every arm, ReplaySSM rings for SGLang's Triton (verify + commit fold, and the fold alone), CuTe where it
+    runs."""
+    rows = [r for r in result["rows"] if r["phase"] == verify_layer.PHASE]
+    if not rows:
+        return []
+    keys = list(verify_layer.MODES)
+    lines = [
+        "Target verify per layer (conv1d update + recurrence; µs, do_bench_cudagraph median per round, "
+        "median of the rounds; fixed buffers):",
+        "",
+        "| requests × tokens | "
+        + " | ".join(verify_layer.MODES[k][2] for k in keys)
+        + " | commit fold alone | HBM floor (snapshots / ring) |",
+        "|---|" + "---:|" * (len(keys) + 2),
+    ]
+    notes = {}
+    for row in rows:
+        cells = []
+        for key in keys:
+            entry = row["arms"].get(key)
+            if entry and entry.get("status") == "missing":
+                notes[key] = entry.get("error", "")
+            cells.append(_arm_cell(row, key) if entry else "—")
+        fold = row["arms"].get("triton:ring", {}).get("commit_fold", {}).get("median")
+        floors = f"{_fmt_us(row.get('floor_us'))} / {_fmt_us(row.get('floor_ring_us'))}"
+        lines.append(f"| {row['shape_label']} | " + " | ".join(cells) + f" | {_fmt_us(fold)} | {floors} |")
+    for key, why in notes.items():
+        lines.append(f"\n{verify_layer.MODES[key][2]}: {why}")
+    return lines

@@ -75,6 +75,28 @@ def measure_copy_bandwidth(nbytes: int = 2 << 30, samples: int = 30) -> dict:
     return {"bytes": 2 * nbytes, "samples_us": times, "median_us": med, "bytes_per_s": bytes_per_s}
 
 
+def measure_matmul_rate(n: int = 8192, samples: int = 20) -> dict:
+    """The GPU's bf16 tensor-core rate as a large square matmul reaches it (FLOP/s, median of samples): the
+    rate of the prefill's compute floor, measured in the same run as the kernels."""
+    torch = _torch()
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        torch.matmul(a, b, out=out)
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.matmul(a, b, out=out)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del a, b, out
+    seconds = statistics.median(times)
+    return {"flops_per_s": 2 * n**3 / seconds, "n": n, "dtype": "bfloat16", "samples_s": times}
+
+
 class GraphTimer:
     """Times callables inside CUDA graphs (per-call median over replays) and as single-call replays."""
 

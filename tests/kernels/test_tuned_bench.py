@@ -192,7 +192,7 @@ def test_load_arms_adds_the_default_config_arms_only_for_both(monkeypatch):
 
     monkeypatch.setattr(upstream, "load", no_sglang)
     arms, missing, _ = bench.load_arms("auto", "both")
-    assert {f"{phase}:helion-kdakit-default" for phase in bench.PHASES} <= set(arms)
+    assert {f"{phase}:helion-kdakit-default" for phase in bench.ARMS} <= set(arms)
     arms, _, _ = bench.load_arms("auto", "shipped")
     assert not any(k.endswith("helion-kdakit-default") for k in arms)
     assert not any(k.endswith("helion-kdakit-default") for k in missing)
