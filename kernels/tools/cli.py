@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from kdakit.kernels import shapes
     from kdakit.kernels.tools import bench as bench_module
     from kdakit.kernels.tools import served as served_module
+    from kdakit.kernels.tools import sweep as sweep_module
     from kdakit.kernels.tools import upstream
     from kdakit.kernels.tuned import PREFILL_KERNELS
 
@@ -163,6 +164,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     served.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
     served.add_argument("--run-id", default=None, help="the run's folder name (default: served-<UTC time>)")
     served.set_defaults(func=cmd_served)
+
+    sweep = kernels.add_parser(
+        "sweep",
+        help="the small-token prefill PR's sweep: every Helion prefill against SGLang's Triton, 216 cases "
+        "(GPU only)",
+        description="Lengths x heads x fixed/varlen x state precision (kernels/shapes.toml [sweep]), gate "
+        "and beta padded past the tokens, each arm in a fresh process whose first prefill is T = 1, and the "
+        "arm's decode refusing a non-power-of-two head dim. Appends RESULTS_DIR/RUN_ID/HOST/sweep.jsonl per "
+        "case, then writes sweep.json.",
+        formatter_class=_DefaultsShown,
+    )
+    sweep_defaults = sweep_module.SweepConfig()
+    sweep.add_argument("--arms", default=",".join(sweep_module.ARMS), help="Helion arms to sweep")
+    sweep.add_argument("--lengths", default=shapes.csv("sweep", "lengths"), help="tokens per sequence")
+    sweep.add_argument("--heads", default=shapes.csv("sweep", "heads"), help="head counts")
+    sweep.add_argument("--layouts", default=shapes.csv("sweep", "layouts"), help="fixed and/or varlen")
+    sweep.add_argument("--precisions", default=shapes.csv("sweep", "precisions"), help="state pool dtypes")
+    sweep.add_argument("--head-dim", type=int, default=sweep_defaults.head_dim, help="K = V")
+    sweep.add_argument("--timeout-s", type=float, default=300.0, help="bound on the whole sweep's workers")
+    sweep.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
+    sweep.add_argument("--run-id", default=None, help="the run's folder name (default: sweep-<UTC time>)")
+    sweep.add_argument("--dry-run", action="store_true", help="print the cases and worker command only")
+    sweep.set_defaults(func=cmd_sweep)
     for name, (func, help_text, options) in _SIMPLE_COMMANDS.items():
         command = kernels.add_parser(name, help=help_text)
         for option, option_help in options.items():
@@ -309,6 +333,52 @@ def cmd_served(args: argparse.Namespace) -> int:
     print(served.render_table(record))
     print(f"\nwrote {raw}")
     return 0
+
+
+def sweep_config_from_args(args: argparse.Namespace):
+    from kdakit.kernels.tools import bench, sweep
+
+    layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
+    precisions = tuple(x.strip() for x in args.precisions.split(",") if x.strip())
+    if not layouts or set(layouts) - {"fixed", "varlen"}:
+        raise UsageError(f"--layouts: expected fixed and/or varlen, got {args.layouts!r}")
+    if not precisions or set(precisions) - {"float32", "bfloat16", "float16"}:
+        raise UsageError(f"--precisions: expected float32, bfloat16 and/or float16, got {args.precisions!r}")
+    return sweep.SweepConfig(
+        lengths=bench.parse_int_list(args.lengths, "lengths"),
+        heads=bench.parse_int_list(args.heads, "heads"),
+        layouts=layouts,
+        precisions=precisions,
+        head_dim=_positive(args.head_dim, "head-dim"),
+    )
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from kdakit.kernels.tools import sweep
+
+    cfg = sweep_config_from_args(args)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in sweep.ARMS]
+    if unknown or not arms:
+        raise UsageError(f"--arms: expected a subset of {','.join(sweep.ARMS)}, got {args.arms!r}")
+    run_id = args.run_id or datetime.now(UTC).strftime("sweep-%Y%m%d-%H%M%S")
+    out_dir = Path(args.results_dir) / run_id / socket.gethostname()
+    planned = sweep.cases(cfg)
+    if args.dry_run:
+        probes = sum(1 for c in planned if c.length == 1)
+        print(
+            f"{len(planned) - probes} sweep cases and {probes} T = 1 probes per arm, "
+            f"first {planned[0].key()}, last {planned[-1].key()}; "
+            f"arms {', '.join(arms)}, each in a fresh process of {sys.executable}; "
+            f"rows to {out_dir / sweep.ROWS_NAME}"
+        )
+        return 0
+    result = sweep.run(
+        arms, cfg, out_dir, args.timeout_s, log=lambda m: print(m, file=sys.stderr, flush=True)
+    )
+    print(sweep.render(result))
+    print(f"\nwrote {out_dir / sweep.ROWS_NAME} and {out_dir / sweep.RESULT_NAME}")
+    return 1 if sweep.any_failure(result) else 0
 
 
 def cmd_served_table(args: argparse.Namespace) -> int:
