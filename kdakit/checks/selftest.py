@@ -12,7 +12,9 @@ Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
   kernel for the same phase, and the arm's whole request lifecycle through SGLang's own KDA backend
   (`kdakit.kernels.tools.lifecycle`: prefill, decode, chain verify, commit, a second verify round and
   CUDA-graph replay with padded rows, at the PR's heads and head dim) against the fp64 reference, so an
-  ops team learns before serving that the arm works on its GPUs. Without a GPU these rows are SKIP.
+  ops team learns before serving that the arm works on its GPUs; and a reduced small-token prefill sweep of
+  the arm's Helion prefill against Triton in a fresh process (`kdakit kernels sweep`). Without a GPU these
+  rows are SKIP.
 Exit code 1 when any check fails.
 """
 
@@ -234,6 +236,37 @@ def lifecycle_check(arm: str, facts: dict, run=None) -> Check:
     return Check(name, PASS, lifecycle.summary(report))
 
 
+def sweep_check(arm: str, facts: dict, run=None, timeout_s: float = 300.0) -> Check:
+    """A reduced small-token prefill sweep of the arm's Helion prefill against SGLang's Triton (fresh process,
+    T = 1 first, padded gate rows) and its decode refusing a non-power-of-two head dim."""
+    import tempfile
+    from pathlib import Path
+
+    name = f"prefill sweep: arm {arm} vs Triton (T = 1 first, padded gate rows)"
+    if ARMS[arm] is None:
+        return Check(name, SKIP, "arm triton runs no Helion kernel")
+    if not facts.get("gpu"):
+        return Check(name, SKIP, "no GPU here")
+    from kdakit.kernels.tools import sweep
+
+    helion_arm = {"kdakit": "helion-kdakit", "upstream": "helion-upstream"}[ARMS[arm]]
+    run = run or sweep.run
+    with tempfile.TemporaryDirectory(prefix="kdakit-sweep-") as tmp:
+        try:
+            result = run([helion_arm], sweep.reduced(), Path(tmp), timeout_s, log=lambda m: None)
+        except Exception as exc:  # noqa: BLE001 - any failure of the sweep is this check's FAIL
+            return Check(name, FAIL, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}")
+    s = result["summary"][helion_arm]
+    probes, refusal = s["probes"], (s["decode_refusal"] or {}).get("error", "no result")
+    detail = (
+        f"{s['passed']}/{s['expected']} cases, {probes['passed']}/{probes['expected']} T = 1 probes; "
+        f"decode K = V = {sweep.NON_POWER_OF_TWO_DIM}: {refusal}"
+    )
+    if s["failures"]:
+        detail += f"; first failure {s['failures'][0]}"
+    return Check(name, FAIL if sweep.any_failure(result) else PASS, detail)
+
+
 def config_checks(arm: str, facts: dict, environ: dict | None = None) -> list[Check]:
     """Tuned kernel configs: one row per shipped file for this GPU's SKU (PASS: used at run time, flagged in
     its text when tuned with another triton/torch; FAIL: refused, its kernel source or helion differ from what
@@ -307,6 +340,7 @@ def run_checks(arm: str) -> tuple[list[Check], dict]:
     checks += config_checks(arm, facts)
     checks += gpu_checks(arm, facts)
     checks.append(lifecycle_check(arm, facts))
+    checks.append(sweep_check(arm, facts))
     return checks, facts
 
 

@@ -69,6 +69,14 @@ class SweepConfig:
     seed: int = 0
 
 
+def reduced() -> SweepConfig:
+    """`kdakit selftest`'s sweep: a few lengths around the chunk boundary (T = 1 first), the model's heads,
+    both layouts, an fp32 state pool."""
+    return SweepConfig(
+        lengths=tuple(_SWEEP["selftest_lengths"]), heads=(_MODEL["heads"],), precisions=("float32",)
+    )
+
+
 def cases(cfg: SweepConfig) -> list[Case]:
     """Every case, shortest length first: each (heads, layout, precision) group's first call is T = 1."""
     return [
