@@ -187,6 +187,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     sweep.add_argument("--run-id", default=None, help="the run's folder name (default: sweep-<UTC time>)")
     sweep.add_argument("--dry-run", action="store_true", help="print the cases and worker command only")
     sweep.set_defaults(func=cmd_sweep)
+
+    seeds = kernels.add_parser(
+        "seeds",
+        help="the seed PRs' kernel measurements in one bounded GPU call: the per-layer verify table and the "
+        "prefill sweep",
+        description="`kernels bench --phases verify-layer` in a child process, then `kernels sweep` for "
+        "every Helion arm, within --budget-s; writes RESULTS_DIR/RUN_ID/HOST/ and prints both tables last.",
+        formatter_class=_DefaultsShown,
+    )
+    seeds.add_argument("--budget-s", type=float, default=420.0, help="bound on the whole call")
+    seeds.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
+    seeds.add_argument("--run-id", default=None, help="the run's folder name (default: seeds-<UTC time>)")
+    seeds.add_argument("--dry-run", action="store_true", help="print the plan only")
+    seeds.set_defaults(func=cmd_seeds)
     for name, (func, help_text, options) in _SIMPLE_COMMANDS.items():
         command = kernels.add_parser(name, help=help_text)
         for option, option_help in options.items():
@@ -379,6 +393,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(sweep.render(result))
     print(f"\nwrote {out_dir / sweep.ROWS_NAME} and {out_dir / sweep.RESULT_NAME}")
     return 1 if sweep.any_failure(result) else 0
+
+
+def cmd_seeds(args: argparse.Namespace) -> int:
+    from kdakit.kernels.tools import seeds
+
+    if args.budget_s < 120:
+        raise UsageError(
+            f"--budget-s: at least 120 s (compilation alone takes a minute), got {args.budget_s:g}"
+        )
+    run_id = args.run_id or datetime.now(UTC).strftime("seeds-%Y%m%d-%H%M%S")
+    log = print if args.dry_run else (lambda m: print(m, file=sys.stderr, flush=True))
+    return seeds.run(Path(args.results_dir), run_id, args.budget_s, dry_run=args.dry_run, log=log)
 
 
 def cmd_served_table(args: argparse.Namespace) -> int:
