@@ -185,12 +185,12 @@ def uninstall() -> None:
 
 
 @contextlib.contextmanager
-def sglang_builtin_aliases():
+def sglang_builtin_aliases(prefixes: tuple[str, ...] = ("sglang.kernels",)):
     """Under Triton's interpreter, kernel modules that bound a Triton builtin to a global at import
     (`exp = tl.exp` in SGLang's fla `op.py`, then `from ...op import exp`) call the compiled-mode builtin,
     which raises; the aliases forward to `tl.math` at call time instead, which the interpreter swaps. The
     interpreter also lacks bf16 scalar constants (`get_bf16`), which SGLang's Triton KDA output kernel
-    makes."""
+    makes. `prefixes`: the module names patched (FLA's `fla.` has the same aliases)."""
     import sys
 
     import torch
@@ -220,7 +220,7 @@ def sglang_builtin_aliases():
         interpreter.InterpreterBuilder.get_bf16 = get_bf16
         patched.append((interpreter.InterpreterBuilder, "get_bf16", None))
     for mod_name, module in list(sys.modules.items()):
-        if not mod_name.startswith("sglang.kernels") or module is None:
+        if not mod_name.startswith(prefixes) or module is None:
             continue
         for attr, value in list(vars(module).items()):
             if id(value) in builtins and not attr.startswith("__"):

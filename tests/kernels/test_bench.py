@@ -352,3 +352,29 @@ def test_cli_record_writes_the_record_from_a_raw_json(tmp_path, capsys):
     (tmp_path / "other.json").write_text('{"kind": "gsm8k"}')
     assert main(["kernels", "record", str(tmp_path / "other.json")]) == 2
     assert "not a kernels-bench JSON" in capsys.readouterr().err
+
+
+def test_prefill_flops_count_the_chunked_products_and_give_a_compute_floor():
+    H = HV = 16
+    K = V = 128
+    one = cost_model.prefill_flops(1, 4096, H, HV, K, V)
+    assert cost_model.prefill_flops(1, 8192, H, HV, K, V) == 2 * one  # linear in chunks
+    assert cost_model.prefill_flops(1, 4097, H, HV, K, V) > one  # a partial chunk costs a whole one
+    assert one == pytest.approx(11.99e9, rel=0.01)  # 64 chunks x 16 heads x 11.7 MFLOP
+    assert cost_model.compute_floor_us(one, 800e12) == pytest.approx(15.0, rel=0.01)
+    assert cost_model.compute_floor_us(one, None) is None
+
+
+def test_the_prefill_peers_table_shows_fla_and_both_floors():
+    row = {
+        "phase": "prefill", "shape": "1x4096", "shape_label": "1 × 4096", "floor_us": 20.0,
+        "compute_floor_us": 22.4,
+        "arms": {"triton": _entry(420.0), "helion-kdakit": _entry(330.0), "helion-upstream": _entry(440.0),
+                 "fla": {"status": "missing", "error": "fla-core 0.6.0 not installed"}},
+    }  # fmt: skip
+    result = {"rows": [row], "matmul_rate": {"flops_per_s": 800e12}, "copy_bandwidth": {}}
+    printed = table.render_table(result)
+    assert "at 800 TFLOP/s (bf16 matmul measured in this run)" in printed
+    assert (
+        "| 1 × 4096 | 420.00 (-21.4 %) | 440.00 (-25.0 %) | 330.00 | n/a | 20.00 | 22.40 | 14.7× |" in printed
+    )

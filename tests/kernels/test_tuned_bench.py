@@ -208,3 +208,20 @@ def test_cli_bench_configs_sets_the_mode_before_needing_the_gpu(configs, mode, c
     assert main(["kernels", "bench", "--configs", configs, "--results-dir", str(tmp_path)]) == 2
     assert tuned.mode() == mode
     assert "needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_without_fla_core_the_fla_prefill_arm_is_a_not_installed_row(monkeypatch):
+    from kdakit.kernels.tools import upstream
+
+    monkeypatch.setattr(upstream, "load", lambda *_: (_ for _ in ()).throw(ImportError("no SGLang here")))
+    real = bench.importlib.import_module
+
+    def no_fla(name, *a):
+        if name == bench.FLA_MODULE:
+            raise ModuleNotFoundError("No module named 'fla'")
+        return real(name, *a)
+
+    monkeypatch.setattr(bench.importlib, "import_module", no_fla)
+    arms, missing, _ = bench.load_arms("auto", "shipped")
+    assert "prefill:fla" not in arms
+    assert missing["prefill:fla"].startswith("fla-core 0.6.0 not installed (ModuleNotFoundError")
