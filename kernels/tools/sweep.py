@@ -37,6 +37,7 @@ _MODEL = shapes.load()["model"]
 TOLERANCE = {"out": 2e-2, "prefill_state": 2e-2}  # the bench's prefill tolerances (bench_inputs.TOLERANCES)
 PADDING_VALUE = 1e4  # what fills the padded gate/beta rows: finite, and ruinous if read
 NON_POWER_OF_TWO_DIM = 96
+FAILURES_SHOWN = 8  # per arm, under the table (all of them are in sweep.json)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +213,12 @@ def worker(
             t0 = time.time()
             try:
                 x = make_inputs(case, cfg, device)
-                ref_out, ref_state = run_prefill(triton, x, cfg, padded=False)
+                try:
+                    ref_out, ref_state = run_prefill(triton, x, cfg, padded=False)
+                except Exception as exc:  # noqa: BLE001 - named apart from the arm's own failures
+                    raise RuntimeError(
+                        f"SGLang's Triton reference failed: {type(exc).__name__}: {exc}"
+                    ) from exc
                 got_out, got_state = run_prefill(fn, x, cfg, padded=True)
                 errors = {"out": _rel_err(got_out, ref_out), "prefill_state": _rel_err(got_state, ref_state)}
                 row.update(status="ok", rel_err=errors, ok=all(errors[k] <= TOLERANCE[k] for k in errors))
@@ -306,7 +312,7 @@ def summarize(rows: list[dict], cfg: SweepConfig, arms: list[str]) -> dict:
             "first_case": everything[0]["case"] if everything else None,
             "worst_rel_err": worst,
             "failures": [
-                f"{r['case']}: {r.get('error') or r.get('rel_err')}" for r in mine if not r.get("ok")
+                f"{r['case']}: {r.get('error') or r.get('rel_err')}" for r in everything if not r.get("ok")
             ],
             "decode_refusal": refusal,
         }
@@ -349,8 +355,10 @@ def render(result: dict) -> str:
             f"| {ARMS.get(arm, arm)} | {passed} | {probes} | {s['first_case']} | {worst or '—'} | {decode} |"
         )
     for arm, s in result["summary"].items():
-        for failure in s["failures"][:20]:
-            lines.append(f"- FAIL {arm} {failure}")
+        shown = s["failures"][:FAILURES_SHOWN]
+        lines += [f"- FAIL {arm} {failure[:300]}" for failure in shown]
+        if len(s["failures"]) > len(shown):
+            lines.append(f"- FAIL {arm}: {len(s['failures']) - len(shown)} more in {RESULT_NAME}")
     return "\n".join(lines)
 
 
