@@ -356,8 +356,11 @@ def sweep_config_from_args(args: argparse.Namespace):
     precisions = tuple(x.strip() for x in args.precisions.split(",") if x.strip())
     if not layouts or set(layouts) - {"fixed", "varlen"}:
         raise UsageError(f"--layouts: expected fixed and/or varlen, got {args.layouts!r}")
-    if not precisions or set(precisions) - {"float32", "bfloat16", "float16"}:
-        raise UsageError(f"--precisions: expected float32, bfloat16 and/or float16, got {args.precisions!r}")
+    known = ("bfloat16", "float16", "float32")  # state pool dtypes SGLang offers (--mamba-ssm-dtype)
+    if not precisions or set(precisions) - set(known):
+        raise UsageError(
+            f"--precisions: expected state dtypes among {', '.join(sorted(known))}, got {args.precisions!r}"
+        )
     return sweep.SweepConfig(
         lengths=bench.parse_int_list(args.lengths, "lengths"),
         heads=bench.parse_int_list(args.heads, "heads"),

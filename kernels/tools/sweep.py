@@ -155,7 +155,7 @@ def decode_refusal(decode: Callable, device: str) -> dict:
             A_log=rnd(H, dtype=torch.float32), dt_bias=rnd(H * K, dtype=torch.float32), scale=K**-0.5,
             initial_state=rnd(4, H, V, K, dtype=torch.float32), out=torch.empty(1, 1, H, V, device=device,
             dtype=torch.bfloat16), ssm_state_indices=torch.tensor([1], dtype=torch.int32, device=device),
-            use_qk_l2norm_in_kernel=True, lower_bound=-5.0,
+            use_qk_l2norm_in_kernel=True, lower_bound=_MODEL["lower_bound"],
         )  # fmt: skip
     except ValueError as exc:
         message = str(exc)
