@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 
 import pytest
 from kdakit.kernels.tools import bench, table, verify_layer
@@ -115,3 +116,24 @@ def test_the_layer_bytes_count_the_conv_and_the_ring_instead_of_snapshots():
     recurrence = bench.cost_model.verify_bytes(48, 6, H, HV, K, V)
     assert 0 < snapshots - recurrence < 0.1 * recurrence  # the conv moves about 20 MB beside 358 MB
     assert ring < snapshots / 2  # six fp32 snapshots per request give way to a small ring and one fold
+
+
+def test_a_verify_layer_run_prints_its_table_and_writes_a_record_without_its_rows(tmp_path):
+    from kdakit.kernels.tools import bench_record
+
+    row = verify_layer.bench_bytes_row(bench.BenchConfig(), 48)
+    row["floor_us"], row["floor_ring_us"] = 90.0, 30.0
+    row["arms"] = {
+        "triton:snapshots": {"status": "ok", "check": {"ok": True}, "per_call": {"median": 89.75, "n": 3},
+                             "single_call": {"median": None}},
+        "cute:snapshots": {"status": "missing", "error": verify_layer.CUTE_NOT_HERE},
+    }  # fmt: skip
+    result = {"rows": [row], "copy_bandwidth": {"bytes_per_s": 4.3e12},
+              "environment": {"gpu": "NVIDIA H200", "versions": {}}}  # fmt: skip
+    printed = table.render_table(result)
+    assert printed.startswith("Target verify per layer") and "| 48 × 6 | 89.75 |" in printed
+    assert "| 90.00 / 30.00 |" in printed
+    raw, record = bench_record.write_outputs(result, tmp_path, "layer")
+    assert raw.is_file()
+    if record is not None:  # jsonschema present: the record validates, without the per-layer rows
+        assert json.loads(record.read_text())["metrics"]["rows"] == []
