@@ -242,7 +242,7 @@ def load_arms(
 
 
 FLA_MODULE = "fla.ops.kda"
-FLA_VERSION = "0.6.0"  # PyPI fla-core, a pure-Python wheel (the peer issue 34 names)
+FLA_VERSION = "0.6.0"  # PyPI fla-core, a pure-Python wheel: the FLA release the prefill is compared with
 
 
 def _version(dist: str) -> str | None:

@@ -28,13 +28,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kdakit.kernels import shapes
+from kdakit.kernels.tools.bench_inputs import TOLERANCES, rel_err
 
 ROWS_NAME = "sweep.jsonl"
 RESULT_NAME = "sweep.json"
 ARMS = {"helion-kdakit": "kdakit Helion", "helion-upstream": "SGLang Helion"}
 _SWEEP = shapes.load()["sweep"]
 _MODEL = shapes.load()["model"]
-TOLERANCE = {"out": 2e-2, "prefill_state": 2e-2}  # the bench's prefill tolerances (bench_inputs.TOLERANCES)
+TOLERANCE = {name: TOLERANCES[name] for name in ("out", "prefill_state")}  # the bench's prefill checks
 PADDING_VALUE = 1e4  # what fills the padded gate/beta rows: finite, and ruinous if read
 NON_POWER_OF_TWO_DIM = 96
 FAILURES_SHOWN = 8  # per arm, under the table (all of them are in sweep.json)
@@ -165,12 +166,6 @@ def decode_refusal(decode: Callable, device: str) -> dict:
     return {"ok": False, "error": f"K = V = {K} ran without an error"}
 
 
-def _rel_err(x, ref) -> float:
-    from kdakit.kernels.tools.bench_inputs import rel_err
-
-    return rel_err(x, ref)
-
-
 def load_arm(arm: str, upstream_source: str = "auto") -> tuple[Callable, Callable, Callable]:
     """(SGLang's Triton chunk_kda, the arm's chunk_kda, the arm's packed decode)."""
     import importlib
@@ -220,7 +215,7 @@ def worker(
                         f"SGLang's Triton reference failed: {type(exc).__name__}: {exc}"
                     ) from exc
                 got_out, got_state = run_prefill(fn, x, cfg, padded=True)
-                errors = {"out": _rel_err(got_out, ref_out), "prefill_state": _rel_err(got_state, ref_state)}
+                errors = {"out": rel_err(got_out, ref_out), "prefill_state": rel_err(got_state, ref_state)}
                 row.update(status="ok", rel_err=errors, ok=all(errors[k] <= TOLERANCE[k] for k in errors))
             except Exception as exc:  # noqa: BLE001 - a case that raises is recorded, the rest still run
                 row.update(status="failed", ok=False, error=f"{type(exc).__name__}: {exc}"[:1000])
