@@ -1,6 +1,6 @@
 """The prefill a server runs: SGLang's own calling code per arm, one KDA layer and a stack of layers.
 
-`kdakit kernels served` (GPU only) measures, for every arm, through `kdakit.kernels.integration.lifecycle`:
+`kdakit kernels served` (GPU only) measures, for every arm, through `kdakit.kernels.tools.lifecycle`:
 
 - per KDA layer: the layer's extend in SGLang's breakable prefill CUDA graph as served (the extend captured
   on the bucket's static tables, or an eager break between graph segments where SGLang does not capture the
@@ -98,7 +98,7 @@ def _stack_body(life, cfg: StackConfig, tokens: int):
 def measure(arms: list[str], layer_cases, stack_cases, cfg: StackConfig, heads: int | None = None, log=print):
     """The record's rows: per-layer and stack timings for every arm (see the module docstring)."""
     import torch
-    from kdakit.kernels.integration import lifecycle
+    from kdakit.kernels.tools import lifecycle
 
     layer_rows, stack_rows = [], []
     for arm in arms:
