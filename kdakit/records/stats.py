@@ -18,6 +18,7 @@ microbenchmark (kernels/tools/bench.py) reports per round:
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import warnings
@@ -180,8 +181,9 @@ MIN_PAIRS = 3  # fewer paired visits never give a decisive verdict (two: one deg
 MAX_MORE_VISITS = 1000
 SETTLE_PROBABILITY = 0.8  # "N more visits would settle it": N is the fewest that settle it this often
 # The confidence sequence's mixture: the standardised difference (mean / spread of the paired log ratios)
-# weighted N(0, scale²); 1.5 keeps the sequence narrow from about 6 to 20 paired visits.
-CS_MIXTURE_SCALE = 1.5
+# weighted N(0, scale²); 0.5 keeps it narrowest from about 12 to 20 paired visits, where a ±1 % claim is
+# decided.
+CS_MIXTURE_SCALE = 0.5
 
 WITHIN, INSIDE, OUTSIDE, CANNOT_TELL, NO_DATA = "within", "inside", "outside", "cannot tell", "no data"
 KINDS = (WITHIN, INSIDE, OUTSIDE, CANNOT_TELL, NO_DATA)
@@ -235,33 +237,63 @@ def _t_array(df, confidence: float = CONFIDENCE):
     return out
 
 
-def cs_factor(n, confidence: float = CONFIDENCE, scale: float = CS_MIXTURE_SCALE):
-    """The always-valid confidence sequence for the mean of normal observations with unknown variance
-    (Lai's scale-invariant mixture likelihood ratio): after n observations, mean ± factor(n) × s holds the
-    true mean at every n at once with probability at least `confidence` (s: the sample standard deviation).
+def cs_factor(n, confidence: float = CONFIDENCE, horizon: int | None = None, scale: float = CS_MIXTURE_SCALE):
+    """The confidence sequence for the mean of normal observations with unknown variance (Lai's
+    scale-invariant mixture likelihood ratio): after n observations, mean ± factor(n) × s holds the true
+    mean at every n at once with probability at least `confidence` (s: the sample standard deviation).
 
     The ratio of the scale-invariant likelihoods (the data up to a common scale, the scale integrated out),
-    the standardised mean weighted N(0, scale²) against it being 0, is a nonnegative martingale when the
-    mean is the tested one; Ville's inequality bounds the chance that it ever exceeds 1 / alpha by alpha.
-    With r = n (mean - m)² / Σ (x - m)², that ratio is (1 + n c²)^-½ (1 - n c² r / (1 + n c²))^-n/2; it
-    stays below 1 / alpha exactly when r < rho, which is the interval below. inf: no interval yet."""
+    the standardised mean weighted N(0, scale²) against it being m, is a nonnegative martingale when the
+    true mean is m. With r = n (mean - m)² / Σ (x - m)², the ratio is
+    (1 + n c²)^-½ (1 - n c² r / (1 + n c²))^-n/2, and m stays in the sequence while the ratio stays below a
+    threshold: 1 / alpha for no horizon (Ville's inequality: it is ever crossed with probability at most
+    alpha), or, for a protocol that stops after at most `horizon` observations, the threshold that the
+    ratio crosses within them with probability alpha (cs_threshold: the ratio's law does not depend on the
+    mean or the spread, so it is computed once by simulation); beyond the horizon, 1 / alpha again.
+    inf: no interval yet."""
     import numpy as np
 
     n = np.asarray(n, dtype=float)
-    alpha = 1 - confidence
-    with np.errstate(divide="ignore", invalid="ignore"):
+    log_threshold = -math.log(1 - confidence)  # Ville's, for ever
+    if horizon is not None:  # within the horizon, the one for it; beyond, Ville's again
+        log_threshold = np.where(n <= horizon, cs_threshold(horizon, confidence), log_threshold)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         c2n = np.maximum(n, 1) * scale**2
-        rho = (1 + c2n) / c2n * (1 - (alpha**2 / (1 + c2n)) ** (1 / np.maximum(n, 1)))
+        rho = (1 + c2n) / c2n * (1 - np.exp(-(2 * log_threshold + np.log1p(c2n)) / np.maximum(n, 1)))
         factor = np.sqrt((n - 1) / np.maximum(n, 1) * rho / np.maximum(1 - rho, 1e-300))
     return np.where((n >= 2) & (rho < 1), factor, np.inf)
 
 
-def _half_width_factor(n, confidence: float, sequential: bool):
+CS_SIMULATED_PATHS = 200_000
+
+
+@functools.lru_cache(maxsize=32)
+def cs_threshold(horizon: int, confidence: float = CONFIDENCE, scale: float = CS_MIXTURE_SCALE) -> float:
+    """The log threshold that the mixture ratio of cs_factor, at the true mean, crosses within `horizon`
+    observations with probability 1 - confidence: its (1 - alpha) quantile of the running maximum over
+    CS_SIMULATED_PATHS standard normal paths (fixed seed; at most log(1 / alpha), Ville's)."""
+    import numpy as np
+
+    rng = np.random.default_rng(20261202)
+    n = np.arange(1, horizon + 1, dtype=float)
+    c2n = n * scale**2
+    peaks = []
+    for _ in range(4):  # in chunks: bounded memory
+        x = rng.standard_normal((CS_SIMULATED_PATHS // 4, horizon))
+        total, squares = np.cumsum(x, axis=1), np.cumsum(x * x, axis=1)
+        r = total**2 / n / squares
+        log_ratio = -0.5 * np.log1p(c2n) - n / 2 * np.log1p(-c2n * r / (1 + c2n))
+        peaks.append(log_ratio.max(axis=1))
+    quantile = float(np.quantile(np.concatenate(peaks), confidence))
+    return min(quantile, -math.log(1 - confidence))
+
+
+def _half_width_factor(n, confidence: float, sequential: bool, horizon: int | None = None):
     """The interval's half-width per unit of the paired spread after n pairs."""
     import numpy as np
 
     if sequential:
-        return cs_factor(n, confidence)
+        return cs_factor(n, confidence, horizon)
     return _t_array(np.asarray(n) - 1, confidence) / np.sqrt(np.maximum(n, 1))
 
 
@@ -289,7 +321,7 @@ def kind_names(codes):
 
 
 def settle_chance(n, mean_log, sd_log, more, band_lo: float, band_hi: float, confidence: float = CONFIDENCE,
-                  sequential: bool = False):  # fmt: skip
+                  sequential: bool = False, horizon: int | None = None):  # fmt: skip
     """The probability that `more` further paired visits settle a point (its interval then inside the band
     or wholly outside it), by a power calculation on the paired spread: the true difference is not taken
     to be the observed one but weighted by what the visits so far say of it (normal, centred on the
@@ -306,7 +338,7 @@ def settle_chance(n, mean_log, sd_log, more, band_lo: float, band_hi: float, con
     df = np.maximum(n - 1, 1)
     sigma = sd * np.sqrt(df / scipy_stats.chi2.ppf(q, df))  # (..., 1, 12)
     total = n + more
-    half = _half_width_factor(total, confidence, sequential) * sigma
+    half = _half_width_factor(total, confidence, sequential, horizon) * sigma
     with np.errstate(divide="ignore", invalid="ignore"):
         spread = sigma * np.sqrt(np.maximum(1 / n - 1 / total, 1e-300))  # the final mean, given the data
         cdf = scipy_stats.norm.cdf
@@ -320,7 +352,7 @@ _MORE_GRID = None
 
 
 def _more_visits(n, mean_log, sd_log, band_lo, band_hi, confidence: float = CONFIDENCE,
-                 sequential: bool = False):  # fmt: skip
+                 sequential: bool = False, horizon: int | None = None):  # fmt: skip
     """Per point: the fewest further paired visits that settle it with SETTLE_PROBABILITY (settle_chance),
     and that probability; MAX_MORE_VISITS + 1 and the probability at MAX_MORE_VISITS when none within it."""
     import numpy as np
@@ -330,7 +362,7 @@ def _more_visits(n, mean_log, sd_log, band_lo, band_hi, confidence: float = CONF
         _MORE_GRID = np.unique(
             np.concatenate([np.arange(1, 41), np.geomspace(40, MAX_MORE_VISITS, 40).round()])
         )
-    chance = settle_chance(n, mean_log, sd_log, _MORE_GRID, band_lo, band_hi, confidence, sequential)
+    chance = settle_chance(n, mean_log, sd_log, _MORE_GRID, band_lo, band_hi, confidence, sequential, horizon)
     enough = chance >= SETTLE_PROBABILITY
     first = np.argmax(enough, axis=-1)
     found = enough.any(axis=-1)
@@ -340,14 +372,16 @@ def _more_visits(n, mean_log, sd_log, band_lo, band_hi, confidence: float = CONF
 
 
 def judge_visits(log_baseline, log_candidate, band_pct: float = 1.0, confidence: float = CONFIDENCE,
-                 visits_needed: bool = True, sequential: bool = False) -> dict:  # fmt: skip
+                 visits_needed: bool = True, sequential: bool = False,
+                 horizon: int | None = None) -> dict:  # fmt: skip
     """Judge candidate/baseline from visits matched by identity, for one or many experiments at once.
 
     log_baseline, log_candidate: arrays (..., visits) of the log of each visit's value, NaN where a visit
     failed or is missing; column k of both is visit k. A pair counts only when both of its visits exist.
     The interval is on the paired log ratios, their spread raised to SPREAD_FLOOR_LOG only: Student t
     (sequential=False: the visits were planned ahead) or the confidence sequence (cs_factor), intersected
-    over the visits so far (sequential=True: the protocol stops when the answer is known). Fewer than
+    over the visits so far (sequential=True: the protocol stops when the answer is known, after at most
+    `horizon` visits; visits beyond it, or no horizon: the open-ended sequence). Fewer than
     MIN_PAIRS pairs give "cannot tell". visits_needed=False: without the visits that would settle it
     (only the words need them). Returns arrays: kind (str), ratio, low, high, n, sd_log (measured),
     used_log, floored, more, settle (its probability), decided_at (the visit, 1-based, at which the verdict
@@ -359,11 +393,15 @@ def judge_visits(log_baseline, log_candidate, band_pct: float = 1.0, confidence:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: handled below
         return _judge_visits(np.asarray(log_baseline, float), np.asarray(log_candidate, float), band_pct,
-                             confidence, visits_needed, sequential)  # fmt: skip
+                             confidence, visits_needed, sequential, horizon)  # fmt: skip
 
 
-def _judge_visits(b, c, band_pct: float, confidence: float, visits_needed: bool, sequential: bool) -> dict:
+def _judge_visits(b, c, band_pct: float, confidence: float, visits_needed: bool, sequential: bool,
+                  horizon: int | None) -> dict:  # fmt: skip
     import numpy as np
+
+    if horizon is not None and b.shape[-1] > horizon:  # continued past its budget: the open-ended sequence
+        horizon = None
 
     pair = c - b  # NaN where either visit is missing; the paired log ratio, drift shared by the arms gone
     ok = ~np.isnan(pair)
@@ -376,7 +414,7 @@ def _judge_visits(b, c, band_pct: float, confidence: float, visits_needed: bool,
         ss = np.maximum(np.cumsum(centred**2, axis=-1) - n * shift**2, 0.0)
         sd = np.where(n > 1, np.sqrt(ss / np.maximum(n - 1, 1)), np.nan)
     used = np.fmax(sd, SPREAD_FLOOR_LOG)
-    half = _half_width_factor(n, confidence, sequential) * used
+    half = _half_width_factor(n, confidence, sequential, horizon) * used
     half = np.where(np.isnan(half), np.inf, half)
     low, high = np.where(n > 0, mean - half, -np.inf), np.where(n > 0, mean + half, np.inf)
     if sequential:  # every interval so far holds the truth at once: keep their intersection
@@ -395,7 +433,7 @@ def _judge_visits(b, c, band_pct: float, confidence: float, visits_needed: bool,
     more = settle = None
     if visits_needed:
         more, settle = _more_visits(np.maximum(n_last, 2), np.nan_to_num(mean_last), used_last, band_lo,
-                                    band_hi, confidence, sequential)  # fmt: skip
+                                    band_hi, confidence, sequential, horizon)  # fmt: skip
     return {
         "kind": kind, "ratio": np.exp(mean_last), "low": np.exp(low[..., -1]), "high": np.exp(high[..., -1]),
         "n": n_last, "sd_log": sd_last, "used_log": used_last, "floored": ~(sd_last >= SPREAD_FLOOR_LOG),
@@ -405,7 +443,7 @@ def _judge_visits(b, c, band_pct: float, confidence: float, visits_needed: bool,
 
 def judge_pairs(
     baseline: list[float | None], candidate: list[float | None], band_pct: float = 1.0, what: str = "visits",
-    confidence: float = CONFIDENCE, sequential: bool = False,
+    confidence: float = CONFIDENCE, sequential: bool = False, horizon: int | None = None,
 ) -> Judgement:  # fmt: skip
     """One point: baseline[k] and candidate[k] are visit k's values (None: failed or missing)."""
     import numpy as np
@@ -414,7 +452,7 @@ def judge_pairs(
         return np.array([math.log(v) if v is not None and v > 0 else np.nan for v in values])
 
     found = judge_visits(logs(baseline)[None, :], logs(candidate)[None, :], band_pct, confidence,
-                         sequential=sequential)  # fmt: skip
+                         sequential=sequential, horizon=horizon)  # fmt: skip
     one = {k: v[0] for k, v in found.items() if v is not None}
     n = int(one["n"])
     method = SEQUENTIAL if sequential else FIXED
