@@ -65,13 +65,14 @@ def claim_rows(c: Collected, published: dict, serving: list[dict], kernels: list
                           "evidence": evidence, "rows": []})  # fmt: skip
             continue
         measured = sorted({r["protocol"] for r in serving if r["sku"] == claim["sku"]})
+        main = serving_sets(published)[0].get("protocol") if serving_sets(published) else None
         mine = []
         for protocol in measured or [None]:
             rows = [r for r in serving if r["protocol"] == protocol and r["sku"] == claim["sku"]]
             verdict, evidence = judge(claim, rows, kernels)
-            mine.append({"claim": claim, "text": f"{claim['text']} (protocol {protocol})" if protocol else
-                         claim["text"], "protocol": protocol, "verdict": verdict, "evidence": evidence,
-                         "rows": rows})  # fmt: skip
+            text = claim["text"] if protocol in (main, None) else f"{claim['text']} (protocol {protocol})"
+            mine.append({"claim": claim, "text": text, "protocol": protocol, "verdict": verdict,
+                         "evidence": evidence, "rows": rows})  # fmt: skip
         found += sorted(mine, key=_answer_order)
     return found
 
