@@ -231,10 +231,11 @@ def _t_array(df, confidence: float = CONFIDENCE):
     import numpy as np
 
     df = np.asarray(df, dtype=float)
-    out = np.full(df.shape, np.inf)
-    ok = df >= 1
-    out[ok] = scipy_stats.t.ppf(0.5 + confidence / 2, df[ok])
-    return out
+    values, where = np.unique(df, return_inverse=True)  # few distinct degrees of freedom: one ppf each
+    found = np.full(values.shape, np.inf)
+    ok = values >= 1
+    found[ok] = scipy_stats.t.ppf(0.5 + confidence / 2, values[ok])
+    return found[where].reshape(df.shape)
 
 
 def cs_factor(n, confidence: float = CONFIDENCE, horizon: int | None = None, scale: float = CS_MIXTURE_SCALE):

@@ -37,7 +37,7 @@ FOLLOW_CASES = (  # (noise, drift, true ratio) whose "cannot tell" points are fo
     (0.01, 0.01, 0.995),
     (0.01, 0.01, 0.97),
 )
-FOLLOW_EXPERIMENTS = 600
+FOLLOW_EXPERIMENTS = 400
 FOLLOW_MOST = 1000  # asked for more visits than this: counted, not simulated
 README_START = "<!-- calibration table: python -m kdakit.report.calibrate -->"
 README_END = "<!-- end of calibration table -->"
@@ -52,7 +52,8 @@ def visit_logs(shape, noise: float, drift: float, ratio: float, runs: int, rng):
     out = []
     for true in (0.0, math.log(ratio)):
         run = RUN_NOISE * rng.standard_normal((*shape, runs))
-        value = true + shared + noise * rng.standard_normal(shape) + np.median(run, axis=-1)
+        median = run.mean(axis=-1) if runs <= 2 else np.median(run, axis=-1)  # two runs: the same
+        value = true + shared + noise * rng.standard_normal(shape) + median
         value[rng.random(shape) < FAIL_RATE] = np.nan
         value[np.broadcast_to(rng.random((experiments, 1, visits)) < MISSING_RATE, shape)] = np.nan
         out.append(value)
@@ -132,7 +133,9 @@ def follow_up(protocol, noise: float, drift: float, ratio: float, experiments: i
                                horizon=horizon)  # fmt: skip
     more, chance = asked["more"][:, 0], asked["settle"][:, 0]
     followed = more <= FOLLOW_MOST
-    keep = np.arange(shape[-1])[None, None, :] < (visits + np.where(followed, more, 0))[:, None, None]
+    last = visits + int(np.max(more[followed], initial=0))
+    t, h = t[..., :last], h[..., :last]
+    keep = np.arange(last)[None, None, :] < (visits + np.where(followed, more, 0))[:, None, None]
     t, h = np.where(keep, t, np.nan), np.where(keep, h, np.nan)
     then = stats.judge_visits(t[followed], h[followed], protocol.band_pct, visits_needed=False,
                               sequential=sequential, horizon=horizon)["kind"][:, 0]  # fmt: skip
