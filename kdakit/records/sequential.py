@@ -33,6 +33,10 @@ class Decision:
     reason: str  # one line for the user
 
 
+def _visits(n: int) -> str:
+    return f"{n} visit" if n == 1 else f"{n} visits"
+
+
 def visit_id(record: dict, ordinal: int) -> int:
     """The visit a record belongs to: the one the orchestrator named (`visit`), else its repeat index in its
     folder, else its place among the arm's records (records from before either was kept)."""
@@ -147,18 +151,18 @@ def decide(run_dir: Path, protocol: str, *, elapsed_s: float | None = None) -> D
     max_hours = definition.get("max_hours")
     left = f"{undecided} point{'s' if undecided != 1 else ''} undecided"
     if decisive and visits >= min_visits:
-        return Decision(True, visits, f"decisive after {visits} visits: the {band} claim {claim_text}")
+        return Decision(True, visits, f"decisive after {_visits(visits)}: the {band} claim {claim_text}")
     if max_visits is not None and visits >= max_visits:
         return Decision(True, visits, f"budget of {max_visits} visits spent: {left}; the {band} claim: "
                                       f"{claim_text}")  # fmt: skip
     if max_hours is not None and elapsed_s is not None and elapsed_s >= max_hours * 3600:
-        return Decision(True, visits, f"budget of {max_hours:g} hours spent after {visits} visits: {left}; "
+        return Decision(True, visits, f"budget of {max_hours:g} hours spent after {_visits(visits)}: {left}; "
                                       f"the {band} claim: {claim_text}")  # fmt: skip
     if decisive:
         return Decision(False, visits, f"continue: decisive, but fewer than the {min_visits} visits the "
                                        f"protocol asks for ({visits})")  # fmt: skip
     return Decision(
-        False, visits, f"continue: {undecided} of {points} points undecided after {visits} visits"
+        False, visits, f"continue: {undecided} of {points} points undecided after {_visits(visits)}"
     )
 
 
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"kdakit sequential: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(asdict(decision)))
+    print(json.dumps(asdict(decision), ensure_ascii=False))
     return 0
 
 
