@@ -26,8 +26,8 @@ def follows():
 
 
 def _row(rows, protocol, noise, drift, ratio):
-    (found,) = [r for r in rows if (r["protocol"], r["noise"], r["drift"], r["ratio"]) == (protocol, noise, drift,
-                                                                                           ratio)]  # fmt: skip
+    case = (protocol, noise, drift, ratio)
+    (found,) = [r for r in rows if (r["protocol"], r["noise"], r["drift"], r["ratio"]) == case]
     return found
 
 

@@ -117,8 +117,8 @@ def test_a_fixed_protocol_and_older_records_stop_after_their_visits(tmp_path):
 def test_the_command_prints_one_json_line(tmp_path):
     run = tmp_path / "seq"
     _visit(run, 1, {}, random.Random(4), 0.01)
-    out = subprocess.run([sys.executable, "-m", "kdakit.records.sequential", str(run), "--protocol", "decisive",
-                          "--elapsed-s", "60"], capture_output=True, text=True, check=True)  # fmt: skip
+    argv = [sys.executable, "-m", "kdakit.records.sequential", str(run), "--protocol", "decisive"]
+    out = subprocess.run([*argv, "--elapsed-s", "60"], capture_output=True, text=True, check=True)
     (line,) = out.stdout.splitlines()
     assert json.loads(line) == {"stop": False, "visits": 1,
                                 "reason": "continue: 6 of 6 points undecided after 1 visit"}  # fmt: skip
