@@ -37,12 +37,13 @@ CSS = """body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:80rem;
 table{border-collapse:collapse;margin:.5rem 0 1rem;font-size:.85rem;max-width:100%}
 th,td{border:1px solid #ccc;padding:.25rem .4rem;text-align:left;overflow-wrap:normal;word-break:normal;
 hyphens:manual;vertical-align:top}
-th{background:#f3f3f3}td.num{text-align:right;white-space:nowrap}
+th{background:#f3f3f3}td.num{text-align:right}.table{overflow-x:auto;max-width:100%}
+@media (max-width:900px){table{font-size:.78rem}th,td{padding:.2rem .3rem}}
 .holds{color:#17692c;font-weight:600}.inside{color:#1f4e9a;font-weight:600}
 .nothold{color:#b00020;font-weight:600}.missing{color:#666;font-style:italic}.tell{color:#8a5a00;font-weight:600}
 .headline{border-left:.5rem solid #999;background:#f7f7f7;padding:.6rem 1rem;margin:.6rem 0 1rem}
 .headline.holds{border-color:#17692c;background:#eef7f0}.headline.nothold{border-color:#b00020;background:#fbeef0}
-.headline.tell{border-color:#c08000;background:#fdf6e8}
+.headline.tell{border-color:#c08000;background:#fdf6e8}.headline.missing{border-color:#999}
 .headline .claim{margin:0;color:#222;font-weight:400}.headline .answer{margin:.2rem 0;font-size:1.5rem}
 .headline ul{margin:.3rem 0 0;padding-left:1.2rem;color:#222;font-weight:400}
 figure{margin:.5rem 0 1rem}img{max-width:100%;height:auto}"""
@@ -70,7 +71,7 @@ def cell_class(text: str) -> str | None:
 _NUMBER = re.compile(r"[-+]?\d[\d.,]*%?( [(\[][^ ]*[)\]])?|[-+]?\d[\d.]* \[[\d., ]+\]|\d+ / \d+.*")
 
 
-_BREAK_AFTER = re.compile(r"([/_,=])(?=\S)")
+_BREAK_AFTER = re.compile(r"([/,=])(?=\S)")
 
 
 def _breakable(text: str) -> str:
@@ -103,9 +104,11 @@ def to_html(sections: list[Section], title: str) -> str:
         out.append(f"<h2>{html.escape(s.title)}</h2>")
         for b in s.blocks:
             if isinstance(b, Table):
-                out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in b.headers) + "</tr>")
+                # a table wider than a narrow window scrolls in its own box; the page never does
+                out.append('<div class="table"><table><tr>'
+                           + "".join(f"<th>{html.escape(h)}</th>" for h in b.headers) + "</tr>")  # fmt: skip
                 out += ["<tr>" + "".join(_html_cell(c) for c in row) + "</tr>" for row in b.rows]
-                out.append("</table>")
+                out.append("</table></div>")
             elif isinstance(b, Headline):
                 out.append(
                     f'<div class="headline {b.css}"><p class="claim">{html.escape(b.claim)}</p>'

@@ -110,7 +110,7 @@ def _claim_class(verdict: str) -> str:
         return "holds"
     if verdict.startswith(stats.DOES_NOT_HOLD):
         return "nothold"
-    return "tell"
+    return "missing" if verdict == stats.NO_DATA else "tell"
 
 
 def _what_would_change_it(row: dict) -> str:
@@ -118,20 +118,32 @@ def _what_would_change_it(row: dict) -> str:
     if not rows:
         return "A run of the protocol on this SKU."
     family = 100 * rows[0]["family_confidence"]
+    new_run = "Changed kernels, images or hosts need a new run."
     if verdict.startswith(stats.HOLDS):
-        return ("Only an error of the intervals: every point's 95 % interval lies inside the band, so a claim "
-                "that is false reads \"holds\" at most 5 % of the time. Changed kernels, images or hosts need "
-                "a new run.")  # fmt: skip
+        return (
+            "Only an error of the intervals: every point's 95 % interval lies inside the band, so a false "
+            f'claim reads "holds" at most 5 % of the time. {new_run}'
+        )
     if verdict == stats.DOES_NOT_HOLD:
-        outside = [_point_label(r) for r in rows if r["claim_kind"] == stats.OUTSIDE]
-        return (f"Only an error of the interval of {', '.join(outside)} (judged at {family:.1f} % per point, "
-                "so identical arms read \"does not hold\" at most 5 % of the time). Changed kernels, images "
-                "or hosts need a new run.")  # fmt: skip
+        outside = ", ".join(_point_label(r) for r in rows if r["claim_kind"] == stats.OUTSIDE)
+        return (
+            f"Only an error of the interval of {outside} (judged at {family:.1f} % per point, so identical "
+            f'arms read "does not hold" at most 5 % of the time). {new_run}'
+        )
     if rows[0]["sequential"]:
-        return ("More visits: raise the protocol's max_visits (or max_hours) and run it again on the same run "
-                "id; " + verdict.split(": ", 1)[-1] + ".")  # fmt: skip
-    return ("The sequential protocol: `make ab-<sku> BENCH_PROTOCOL=decisive` visits until every point and the "
-            "claim are decisive (at most 20 visits).")  # fmt: skip
+        return (
+            "More visits: raise the protocol's max_visits (or max_hours) and run it again on the same run "
+            "id; " + verdict.split(": ", 1)[-1] + "."
+        )
+    from kdakit.bench.serving import load_protocols
+
+    found = [p for p in load_protocols().values() if p.sequential]
+    if not found:
+        return "More visits per arm, interleaved."
+    return (
+        f"The sequential protocol: `make ab-<sku> BENCH_PROTOCOL={found[0].name}` visits until every point "
+        f"and the claim are decisive (at most {found[0].max_visits} visits)."
+    )
 
 
 def _point_label(r: dict) -> str:
@@ -296,7 +308,8 @@ def serving_group_blocks(c: Collected, group_key: tuple, group: list[dict], publ
              "A/A (95 % CI)", "A/A verdict"],
             [
                 [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]), visits_repeats_text(r["visits"]),
-                 stats.fmt_ci(r["ci"]), r["verdict"], _decided_text(r), stats.fmt_ci(r["aa"]), r["aa_verdict"]]
+                 stats.fmt_ci(r["ci"]), r["verdict"], _decided_text(r), stats.fmt_ci(r["aa"]),
+                 r["aa_verdict"]]
                 for r in group
             ],
         )
@@ -473,8 +486,8 @@ def gsm8k_section(c: Collected, published: dict) -> Section:
     gsm.blocks.append(
         Table(
             ["Published", "Protocol", "GPU", "Arm", "Model", "Runs"],
-            [[p["source"], p["protocol"], p["sku"], p["arm"], p["model"], ", ".join(f"{v:.4f}" for v in p["runs"])]
-             for p in published.get("gsm8k", [])],
+            [[p["source"], p["protocol"], p["sku"], p["arm"], p["model"],
+              ", ".join(f"{v:.4f}" for v in p["runs"])] for p in published.get("gsm8k", [])],
         )
     )  # fmt: skip
     return gsm
