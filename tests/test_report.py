@@ -536,6 +536,38 @@ def test_plots_show_every_series_on_a_scale_where_it_is_visible(tmp_path):
     assert len(intervals) == 6 and len(bars) == len(intervals)
 
 
+def test_plot_text_is_never_cut_or_small_and_series_differ_in_colour_and_marker(tmp_path):
+    from matplotlib.container import ErrorbarContainer
+
+    from kdakit.report import plots, sample
+
+    root = sample.write_sample(tmp_path)
+    c = report_model.collect(root)
+    rows = report_model.serving_rows(c, report_model.load_published())
+    figures = []
+    for protocol in sorted({r["protocol"] for r in rows}):
+        group = [r for r in rows if r["protocol"] == protocol]
+        name = f"H200 h200-sample {protocol}"
+        figures.append(plots.throughput_figure(f"{name}: throughput vs concurrency", group))
+        figures.append(plots.ratio_figure(f"{name}: helion/triton, 95 % CI", group))
+    kernels = report_model.kernel_rows(c, {"kernels": {"rows": []}, "serving": {"rows": []}})
+    figures.append(plots.kernel_figure("H200 h200-sample: KDA kernel latency", kernels))
+    for fig in figures:
+        fig.tight_layout()
+        assert plots.texts_outside(fig) == [] and plots.small_texts(fig) == []
+        assert fig.get_figwidth() * fig.dpi <= 760  # shown at its own size in an 800 px window
+        for ax in fig.axes:
+            series = [c.lines[0] for c in ax.containers if isinstance(c, ErrorbarContainer)]
+            styles = [(s.get_color(), s.get_marker()) for s in series if s.get_label()[:1] != "_"]
+            colours, markers = [c for c, _ in styles], [m for _, m in styles]
+            if ax.get_legend() is not None and ax.get_ylabel() != "helion / triton":
+                assert len(set(colours)) == len(colours) and len(set(markers)) == len(markers), styles
+    # the guard sees a cut title
+    long = plots.ratio_figure("a title far too long for its figure " * 4, rows[:2])
+    long.tight_layout()
+    assert plots.texts_outside(long)
+
+
 def _identical_arms_tree(root: Path, protocol_name: str, seed: int) -> Path:
     """Both arms served by the same double: every run is the same true throughput times uniform ±30 %
     run-to-run noise (the held-out check's double); the protocol's points, runs and visits; under rigorous

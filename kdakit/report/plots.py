@@ -172,6 +172,11 @@ def telemetry_plot(title: str, rows: list[dict], windows: list[dict], filename: 
 
 
 def kernel_plot(title: str, rows: list[dict], filename: str) -> Plot:
+    return Plot(title, filename, _png(kernel_figure(title, rows)))
+
+
+def kernel_figure(title: str, rows: list[dict]):
+    """Median latency per phase and shape, the arms side by side (colour and hatch), published marks."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 4.2), dpi=100)
     labels = []
@@ -201,7 +206,7 @@ def kernel_plot(title: str, rows: list[dict], filename: str) -> Plot:
     ax.set_title(title)
     ax.legend(ncol=3)
     ax.grid(alpha=0.3, axis="y")
-    return Plot(title, filename, _png(fig))
+    return fig
 
 
 def _fit(title: str, width: int = 90) -> str:
