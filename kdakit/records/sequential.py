@@ -64,11 +64,15 @@ def _serving_records(run_dir: Path, protocol: str) -> list[dict]:
         if results.is_staged(path, run_dir):
             continue
         try:
-            record = results.read_result(path)
-        except (results.ResultError, OSError, UnicodeDecodeError):
+            record = json.loads(path.read_text())
+            if not isinstance(record, dict) or (record.get("kind"), record.get("protocol")) != (
+                "serving",
+                protocol,
+            ):
+                continue  # only this protocol's records are validated: this runs after every visit
+            found.append(results.validate(record, str(path)))
+        except (results.ResultError, OSError, UnicodeDecodeError, ValueError):
             continue  # the report names unreadable records; here they are visits that did not happen
-        if record["kind"] == "serving" and record["protocol"] == protocol:
-            found.append(record)
     return sorted(found, key=lambda r: r["created"])
 
 
