@@ -445,15 +445,17 @@ def _judge_visits(b, c, band_pct: float, confidence: float, visits_needed: bool,
 def judge_pairs(
     baseline: list[float | None], candidate: list[float | None], band_pct: float = 1.0, what: str = "visits",
     confidence: float = CONFIDENCE, sequential: bool = False, horizon: int | None = None,
+    visits_needed: bool = True,
 ) -> Judgement:  # fmt: skip
-    """One point: baseline[k] and candidate[k] are visit k's values (None: failed or missing)."""
+    """One point: baseline[k] and candidate[k] are visit k's values (None: failed or missing);
+    visits_needed=False: a "cannot tell" without the visits that would settle it (a control)."""
     import numpy as np
 
     def logs(values):
         return np.array([math.log(v) if v is not None and v > 0 else np.nan for v in values])
 
     found = judge_visits(logs(baseline)[None, :], logs(candidate)[None, :], band_pct, confidence,
-                         sequential=sequential, horizon=horizon)  # fmt: skip
+                         visits_needed, sequential=sequential, horizon=horizon)  # fmt: skip
     one = {k: v[0] for k, v in found.items() if v is not None}
     n = int(one["n"])
     method = SEQUENTIAL if sequential else FIXED
@@ -470,8 +472,8 @@ def judge_pairs(
     ci = RatioCI(n, float(one["ratio"]), low, high, sd, True, n - 1)
     floor = float(one["used_log"]) if one["floored"] else None
     kind = str(one["kind"])
-    more = int(one["more"]) if kind == CANNOT_TELL else None
-    chance = float(one["settle"]) if kind == CANNOT_TELL else None
+    more = int(one["more"]) if kind == CANNOT_TELL and visits_needed else None
+    chance = float(one["settle"]) if kind == CANNOT_TELL and visits_needed else None
     why = f"{n} paired of the {MIN_PAIRS} {what} needed" if n < MIN_PAIRS else ""
     decided = int(one["decided_at"]) or None
     return Judgement(kind, band_words(kind, band_pct, more, why, chance), ci, more, floor, chance, decided,

@@ -274,7 +274,10 @@ def aa_control(*arms: Visits, band_pct: float = 1.0,
             second.append(by[b])
     if not first:
         return None, 0
-    return stats.judge_pairs(first, second, band_pct, what="A/A pairs", confidence=confidence), len(first)
+    judged = stats.judge_pairs(
+        first, second, band_pct, what="A/A pairs", confidence=confidence, visits_needed=False
+    )  # a control: what would settle it is not asked
+    return judged, len(first)
 
 
 def interleaved(triton: Visits, helion: Visits) -> bool:
