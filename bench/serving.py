@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -87,6 +87,12 @@ class Protocol:
     run_timeout_s: float = 7200.0  # one client run
     repeats: int = 1  # visits per arm the protocol asks for (interleaved triton, helion, triton, ...)
     band_pct: float = 1.0  # the "within" band of the helion/triton verdicts
+    # A sequential protocol visits until every point and the claim are decisive (kdakit.records.sequential):
+    # at least min_visits, at most max_visits (its `repeats` then) and max_hours.
+    sequential: bool = False
+    min_visits: int = 1
+    max_visits: int | None = None
+    max_hours: float | None = None
 
 
 def load_protocols(path: Path = PROTOCOLS_FILE) -> dict[str, Protocol]:
@@ -99,6 +105,12 @@ def load_protocols(path: Path = PROTOCOLS_FILE) -> dict[str, Protocol]:
             protocols[name] = Protocol(name=name, points=points, **table)
         except (TypeError, KeyError) as exc:
             raise UsageError(f"{path}: protocol {name!r}: {exc}") from None
+        if protocols[name].sequential:
+            if "repeats" in table or not table.get("max_visits"):
+                raise UsageError(
+                    f"{path}: protocol {name!r}: a sequential protocol gives max_visits, not repeats"
+                )
+            protocols[name] = replace(protocols[name], repeats=protocols[name].max_visits)
         if protocols[name].dataset not in DATASETS:
             raise UsageError(f"{path}: protocol {name!r}: dataset must be one of {', '.join(DATASETS)}")
     return protocols
@@ -236,6 +248,8 @@ def protocol_definition(protocol: Protocol, path: Path) -> dict:
         "source_file": "bench/protocols.toml (built in)" if Path(path) == PROTOCOLS_FILE else str(path),
         "band_pct": protocol.band_pct, "repeats": protocol.repeats,
         "runs": protocol.runs, "points": [dict(vars(p)) for p in protocol.points],
+        "sequential": protocol.sequential, "min_visits": protocol.min_visits,
+        "max_visits": protocol.max_visits, "max_hours": protocol.max_hours,
     }  # fmt: skip
 
 

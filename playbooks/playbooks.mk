@@ -39,17 +39,23 @@ kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/checks/pref
 	--results $(RESULTS) $(2)
 # A/B on the same hosts under one run id: every step for the triton arm, then for the helion arm; with
 # BENCH_PROTOCOL=rigorous, its `repeats` visits per arm interleaved (triton, helion, triton, ...; GSM8K on the
-# first visit only). A host whose deploy failed skips its later measuring steps (collect and teardown still
-# run). Ends with one roll-up table (host x arm x step -> outcome, cause), then the report; the exit status is
-# non-zero unless all were ok.
+# first visit only); with a sequential protocol (BENCH_PROTOCOL=decisive), visits until its stopping rule
+# (python -m kdakit.records.sequential) says stop, at most its max_visits. A host whose deploy failed skips
+# its later measuring steps (collect and teardown still run). Ends with one roll-up table (host x arm x step
+# -> outcome, cause), then the report; the exit status is non-zero unless all were ok.
 define kdakit_ab
 $(call kdakit_latest,$(NEW_RUN_ID)) || exit 2; \
-visits=$$($(PY) -c 'from kdakit.bench.serving import load_protocols; print(load_protocols()["$(or $(BENCH_PROTOCOL),pr)"].repeats)') || exit 2; \
+set -- $$($(PY) -c 'from kdakit.bench.serving import load_protocols; p = load_protocols()["$(or $(BENCH_PROTOCOL),pr)"]; print(p.repeats, int(p.sequential))') || exit 2; \
+visits=$$1; sequential=$$2; started=$$(date +%s); \
 rc=0; for visit in $$(seq $$visits); do for arm in $(ARMS); do \
   for step in deploy $$([ $$visit = 1 ] && echo eval-gsm8k) bench collect teardown; do \
-    echo "== $(1) $$arm $$step (run $(NEW_RUN_ID)$$([ $$visits -gt 1 ] && echo ", visit $$visit of $$visits"))"; \
+    echo "== $(1) $$arm $$step (run $(NEW_RUN_ID)$$([ $$visits -gt 1 ] && echo ", visit $$visit of $$([ $$sequential = 1 ] && echo "at most ")$$visits"))"; \
     $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) $(kdakit_bench_protocol_arg) -e kdakit_visit=$$visit || rc=1; \
-done; done; done; \
+done; done; \
+  if [ $$sequential = 1 ]; then decision=$$($(PY) -m kdakit.records.sequential $(RESULTS)/$(NEW_RUN_ID) \
+    --protocol $(BENCH_PROTOCOL) --elapsed-s $$(( $$(date +%s) - started ))) || rc=1; \
+    echo "== $(1) after visit $$visit: $$decision"; case "$$decision" in *'"stop": true'*) break;; esac; fi; \
+done; \
 echo "== $(1) roll-up (run $(NEW_RUN_ID))"; \
 $(PY) -m kdakit.records.provenance rollup $(RESULTS)/$(NEW_RUN_ID) || rc=1; \
 $(KDAKIT) report $(RESULTS)/$(NEW_RUN_ID) || rc=1; exit $$rc
@@ -82,7 +88,7 @@ collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to result
 teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=<every SKU group>
 	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
 
-ab-%: setup ## Preflight, then A/B on the hosts of SKU % (ab-h200, ...): the ARMS in turn (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS=<arms.toml ab> BENCH_PROTOCOL=
+ab-%: setup ## Preflight, then A/B on the hosts of SKU % (ab-h200, ...): the ARMS in turn (BENCH_PROTOCOL=rigorous: interleaved visits; decisive: visits until the answer is known), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS=<arms.toml ab> BENCH_PROTOCOL=
 	@$(call kdakit_known_sku,$*)$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,$*,--gate --arms $(words $(ARMS))))
 	@$(call kdakit_ab,$*)
 
