@@ -15,6 +15,8 @@ ARMS ?= $(shell $(PYTHON) -m kdakit.facts.profiles ab)
 # the bench role's kdakit_bench_protocol (pr) or what the inventory or EXTRA sets.
 BENCH_PROTOCOL ?=
 kdakit_bench_protocol_arg = $(if $(BENCH_PROTOCOL),-e kdakit_bench_protocol=$(BENCH_PROTOCOL))
+# Preflight refuses an arm whose kernels cannot run on the SKU's GPU (kdakit/facts/kernel_contracts.py).
+kdakit_arm_args = $(foreach a,$(ARMS),--arm $(a))
 EXTRA ?=
 kdakit_empty :=
 HOSTS ?= $(subst $(kdakit_empty) $(kdakit_empty),:,$(SKUS))
@@ -66,7 +68,7 @@ preflight: setup ## One table of every host's checks (GPUs, driver, NVIDIA runti
 # With SCHEDULER=slurm, slurm/slurm.mk defines these steps as Slurm jobs instead.
 ifneq ($(SCHEDULER),slurm)
 deploy-%: setup ## Preflight, load the image, start the server on the hosts of SKU % (deploy-h200, ...). Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
-	@$(call kdakit_known_sku,$*)$(call kdakit_preflight,$*,--hosts-only)
+	@$(call kdakit_known_sku,$*)$(call kdakit_preflight,$*,--hosts-only --arm $(ARM))
 	@$(if $(DRY_RUN),,$(call kdakit_latest,$(NEW_RUN_ID)))
 	$(call kdakit_playbook,deploy,$*,$(NEW_RUN_ID),$(ARM))
 
@@ -83,7 +85,7 @@ teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= AR
 	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
 
 ab-%: setup ## Preflight, then A/B on the hosts of SKU % (ab-h200, ...): the ARMS in turn (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS=<arms.toml ab> BENCH_PROTOCOL=
-	@$(call kdakit_known_sku,$*)$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,$*,--gate --arms $(words $(ARMS))))
+	@$(call kdakit_known_sku,$*)$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,$*,--gate --arms $(words $(ARMS)) $(kdakit_arm_args)))
 	@$(call kdakit_ab,$*)
 
 endif

@@ -86,6 +86,7 @@ def torch_facts() -> dict:
         "cuda": torch.version.cuda,
         "gpu": gpu,
         "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
+        "capability": "{}.{}".format(*torch.cuda.get_device_capability(0)) if gpu else None,
     }
 
 
@@ -298,12 +299,40 @@ def config_checks(arm: str, facts: dict, environ: dict | None = None) -> list[Ch
     return checks
 
 
+def verify_kernel_check(arm: str, facts: dict, environ: dict | None = None, module_found=None) -> Check:
+    """Which verify kernel SGLang runs for the arm here (kdakit/facts/kernel_contracts.py): on this GPU and
+    python, or, without a GPU, on the SKU registry's GPU of the image's SKU. FAIL: the arm names a kernel that
+    would not run (SGLang would run another without a word)."""
+    import importlib.util
+
+    from kdakit.facts import kernel_contracts, profiles
+
+    environ = os.environ if environ is None else environ
+    name = f"arm {arm}: the verify kernel SGLang runs"
+    registered = profiles.sku_of_gpu(facts["gpu_name"]) if facts.get("gpu") else None
+    sku = environ.get("KDAKIT_SKU") or (registered.name if registered else profiles.default_sku())
+    profile = profiles.load(sku, arm)
+    module = profiles.contracts()["nv_cutedsl"]["python_module"]
+    has_module = (module_found or (lambda m: importlib.util.find_spec(m) is not None))(module)
+    if facts.get("gpu"):
+        capability, gpu = facts["capability"], facts["gpu_name"]
+    else:
+        capability, gpu = profile.gpu_capability, f"{profile.gpu_model} ({sku}'s GPU in the SKU registry)"
+    runs = kernel_contracts.verify_kernel(profile.flags, profile.model_facts, capability, gpu, has_module)
+    wanted = profile.flags.get(kernel_contracts.VERIFY_FLAG)
+    falls_back = wanted == "nv_cutedsl" and not runs.startswith(kernel_contracts.VERIFY_KERNELS["nv_cutedsl"])
+    status = (FAIL if facts.get("gpu") else SKIP) if falls_back else PASS
+    where = "" if facts.get("gpu") else " (no GPU here: as on the registry's GPU)"
+    return Check(name, status, f"{runs}{where}")
+
+
 def run_checks(arm: str) -> tuple[list[Check], dict]:
     pinned = pins.load()
     facts = torch_facts()
     checks = check_packages(pinned)
     checks.append(check_torch_cuda(pinned, facts))
     checks += check_arm(arm)
+    checks.append(verify_kernel_check(arm, facts))
     checks += config_checks(arm, facts)
     checks += gpu_checks(arm, facts)
     checks.append(lifecycle_check(arm, facts))

@@ -45,8 +45,26 @@ def _arms_file(folder: Path) -> dict:
 
 
 def arms() -> dict[str, dict]:
-    """Every arm (a table of arms.toml) by name."""
-    return {name: value for name, value in _arms_file(PROFILES_DIR).items() if isinstance(value, dict)}
+    """Every arm (a table of arms.toml with a kda_backend) by name."""
+    return {
+        name: value
+        for name, value in _arms_file(PROFILES_DIR).items()
+        if isinstance(value, dict) and "kda_backend" in value
+    }
+
+
+def contracts() -> dict[str, dict]:
+    """Where SGLang runs a kernel an arm may ask for (arms.toml's `contracts`), by name."""
+    return dict(_arms_file(PROFILES_DIR).get("contracts", {}))
+
+
+def backend_flags(arm: str) -> dict[str, str]:
+    """The arm's three --linear-attn-{prefill,decode,verify}-backend values."""
+    spec = arms()[arm]
+    values = dict.fromkeys(KDA_BACKEND_FLAGS, spec["kda_backend"])
+    if "verify_backend" in spec:
+        values["--linear-attn-verify-backend"] = spec["verify_backend"]
+    return values
 
 
 def ab_arms() -> tuple[str, str]:
@@ -67,6 +85,7 @@ class Sku:
     gpu_model: str  # the GPU's name as nvidia-smi prints it; preflight wants every GPU's name to contain it
     gpu_count: int
     configs: str  # kernels/configs/<configs>/: the tuned kernel configs for this GPU
+    gpu_capability: str | None = None  # CUDA compute capability "major.minor" (kernel contracts read it)
     default: bool = False  # the SKU Make uses when SKU= is not given
     flags: dict = field(default_factory=dict)
 
@@ -88,6 +107,7 @@ def sku(name: str) -> Sku:
         gpu_model=data["gpu_model"],
         gpu_count=data["gpu_count"],
         configs=data["configs"],
+        gpu_capability=data.get("gpu_capability"),
         default=data.get("default", False),
         flags=dict(data.get("flags", {})),
     )
@@ -118,6 +138,8 @@ class Profile:
     model: str
     gpu_model: str
     gpu_count: int
+    gpu_capability: str | None
+    model_facts: dict  # the model profile's [model] table (name, KDA head dim, activation dtype)
     deploy: dict
     flags: dict[str, object] = field(default_factory=dict)  # ordered: model, SKU, arm
     env: dict[str, str] = field(default_factory=dict)
@@ -130,7 +152,8 @@ def load(sku_name: str, arm: str) -> Profile:
     model = _read(entry.profile)
     arm_data = arms()[arm]
     flags = {**model["flags"], **entry.flags}
-    flags.update({flag: arm_data["kda_backend"] for flag in KDA_BACKEND_FLAGS})
+    flags.update(backend_flags(arm))
+    flags.update(arm_data.get("flags", {}))
     env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(entry.gpu_count))}
     env.update(model.get("env", {}))
     env.update(arm_data.get("env", {}))
@@ -140,6 +163,8 @@ def load(sku_name: str, arm: str) -> Profile:
         model=model["model"]["name"],
         gpu_model=entry.gpu_model,
         gpu_count=entry.gpu_count,
+        gpu_capability=entry.gpu_capability,
+        model_facts=dict(model["model"]),
         deploy=dict(model["deploy"]),
         flags=flags,
         env=env,
