@@ -86,7 +86,9 @@ class Protocol:
     request_timeout_s: float = 900.0  # longest the client may print nothing (a request hung)
     run_timeout_s: float = 7200.0  # one client run
     repeats: int = 1  # visits per arm the protocol asks for (interleaved triton, helion, triton, ...)
-    band_pct: float = 1.0  # the "within" band of the helion/triton verdicts
+    band_pct: float = 1.0  # the "within" band of the arm-against-arm verdicts
+    metrics: tuple[str, ...] = ()  # the client's numbers the report judges (empty: `metric` alone)
+    server_env: dict = field(default_factory=dict)  # the server's environment for this protocol
 
 
 def load_protocols(path: Path = PROTOCOLS_FILE) -> dict[str, Protocol]:
@@ -96,6 +98,8 @@ def load_protocols(path: Path = PROTOCOLS_FILE) -> dict[str, Protocol]:
         table = dict(table)
         try:
             points = tuple(Point(**p) for p in table.pop("points"))
+            table["metrics"] = tuple(table.get("metrics") or (table["metric"],))
+            table["server_env"] = {k: str(v) for k, v in table.get("server_env", {}).items()}
             protocols[name] = Protocol(name=name, points=points, **table)
         except (TypeError, KeyError) as exc:
             raise UsageError(f"{path}: protocol {name!r}: {exc}") from None
@@ -236,7 +240,16 @@ def protocol_definition(protocol: Protocol, path: Path) -> dict:
         "source_file": "bench/protocols.toml (built in)" if Path(path) == PROTOCOLS_FILE else str(path),
         "band_pct": protocol.band_pct, "repeats": protocol.repeats,
         "runs": protocol.runs, "points": [dict(vars(p)) for p in protocol.points],
+        "metrics": list(protocol.metrics), "server_env": dict(protocol.server_env),
     }  # fmt: skip
+
+
+def server_env_lines(name: str, path: Path = PROTOCOLS_FILE) -> list[str]:
+    """The protocol's server environment as NAME=VALUE (what the deploy passes to `kdakit serve --env`)."""
+    protocols = load_protocols(path)
+    if name not in protocols:
+        raise UsageError(f"unknown protocol {name!r}; known: {', '.join(sorted(protocols))}")
+    return [f"{key}={value}" for key, value in sorted(protocols[name].server_env.items())]
 
 
 def _client_env(tokenizer: str) -> dict[str, str]:
@@ -435,6 +448,9 @@ def run_serving(args: argparse.Namespace) -> int:
     ]
     if any(run.get("flushed") for p in points for run in p["runs"]):
         notes.append("prefix cache flushed after each client warm-up, before every measured run")
+    if protocol.server_env:
+        settings = ", ".join(server_env_lines(protocol.name, protocols_file))
+        notes.append(f"server environment of the protocol: {settings} (passed to the server by the deploy)")
     if dataset == "random-ids":
         notes.append(RANDOM_IDS_NOTE)
     if unchecked:
@@ -455,6 +471,7 @@ def run_serving(args: argparse.Namespace) -> int:
         "protocol_definition": protocol_definition(protocol, protocols_file),
         "repeats_planned": protocol.repeats,
         "flush_cache": protocol.flush_cache,
+        "server_env": dict(protocol.server_env),
         "request_timeout_s": protocol.request_timeout_s,
         "run_timeout_s": protocol.run_timeout_s,
         "partial": hung is not None,
@@ -499,3 +516,12 @@ def register(subparsers) -> None:
         help="this visit's number in an A/B loop (default: $KDAKIT_VISIT); the report pairs the arms by it",
     )  # fmt: skip
     s.add_argument("--client-cmd", default=None, help=argparse.SUPPRESS)  # tests: a stand-in client
+
+
+if __name__ == "__main__":  # the deploy: python -m kdakit.bench.serving server-env PROTOCOL
+    if sys.argv[1:2] != ["server-env"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m kdakit.bench.serving server-env PROTOCOL")
+    try:
+        print(json.dumps(server_env_lines(sys.argv[2])))
+    except UsageError as exc:
+        sys.exit(f"kdakit bench: error: {exc}")

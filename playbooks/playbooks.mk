@@ -15,6 +15,14 @@ ARMS ?= $(shell $(PYTHON) -m kdakit.facts.profiles ab)
 # the bench role's kdakit_bench_protocol (pr) or what the inventory or EXTRA sets.
 BENCH_PROTOCOL ?=
 kdakit_bench_protocol_arg = $(if $(BENCH_PROTOCOL),-e kdakit_bench_protocol=$(BENCH_PROTOCOL))
+# ab-*: a published A/B's protocols (arms.toml's published_ab, e.g. ARMS="triton cutedsl": the CuTe-verify
+# PR's serving and GSM8K), unless BENCH_PROTOCOL / GSM8K_PROTOCOL are given.
+GSM8K_PROTOCOL ?=
+kdakit_ab_protocol = $(or $($(1)),$(shell $(PYTHON) -m kdakit.facts.profiles ab-protocol $(2) $(ARMS)))
+AB_BENCH_PROTOCOL = $(call kdakit_ab_protocol,BENCH_PROTOCOL,bench)
+AB_GSM8K_PROTOCOL = $(call kdakit_ab_protocol,GSM8K_PROTOCOL,gsm8k)
+kdakit_ab_protocol_args = $(if $(AB_BENCH_PROTOCOL),-e kdakit_bench_protocol=$(AB_BENCH_PROTOCOL)) \
+	$(if $(AB_GSM8K_PROTOCOL),-e kdakit_gsm8k_protocol=$(AB_GSM8K_PROTOCOL))
 # Preflight refuses an arm whose kernels cannot run on the SKU's GPU (kdakit/facts/kernel_contracts.py).
 kdakit_arm_args = $(foreach a,$(ARMS),--arm $(a))
 EXTRA ?=
@@ -46,11 +54,11 @@ kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/checks/pref
 # non-zero unless all were ok.
 define kdakit_ab
 $(call kdakit_latest,$(NEW_RUN_ID)) || exit 2; \
-visits=$$($(PY) -c 'from kdakit.bench.serving import load_protocols; print(load_protocols()["$(or $(BENCH_PROTOCOL),pr)"].repeats)') || exit 2; \
+visits=$$($(PY) -c 'from kdakit.bench.serving import load_protocols; print(load_protocols()["$(or $(AB_BENCH_PROTOCOL),pr)"].repeats)') || exit 2; \
 rc=0; for visit in $$(seq $$visits); do for arm in $(ARMS); do \
   for step in deploy $$([ $$visit = 1 ] && echo eval-gsm8k) bench collect teardown; do \
     echo "== $(1) $$arm $$step (run $(NEW_RUN_ID)$$([ $$visits -gt 1 ] && echo ", visit $$visit of $$visits"))"; \
-    $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) $(kdakit_bench_protocol_arg) -e kdakit_visit=$$visit || rc=1; \
+    $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) $(kdakit_ab_protocol_args) -e kdakit_visit=$$visit || rc=1; \
 done; done; done; \
 echo "== $(1) roll-up (run $(NEW_RUN_ID))"; \
 $(PY) -m kdakit.records.provenance rollup $(RESULTS)/$(NEW_RUN_ID) || rc=1; \
@@ -84,7 +92,7 @@ collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to result
 teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=<every SKU group>
 	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
 
-ab-%: setup ## Preflight, then A/B on the hosts of SKU % (ab-h200, ...): the ARMS in turn (BENCH_PROTOCOL=rigorous: interleaved visits), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS=<arms.toml ab> BENCH_PROTOCOL=
+ab-%: setup ## Preflight, then A/B on the hosts of SKU % (ab-h200, ...): the ARMS in turn (BENCH_PROTOCOL=rigorous: interleaved visits; ARMS="triton cutedsl": the CuTe-verify PR's protocols), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS=<arms.toml ab> BENCH_PROTOCOL= GSM8K_PROTOCOL=
 	@$(call kdakit_known_sku,$*)$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,$*,--gate --arms $(words $(ARMS)) $(kdakit_arm_args)))
 	@$(call kdakit_ab,$*)
 

@@ -76,6 +76,15 @@ def ab_arms() -> tuple[str, str]:
     return pair
 
 
+def ab_protocols(pair: list[str] | tuple[str, ...]) -> dict[str, str] | None:
+    """{'bench': ..., 'gsm8k': ...}: the protocols a published A/B of these arms used (arms.toml's
+    `published_ab`); None for any other pair (the steps' own defaults, pr, apply)."""
+    for entry in _arms_file(PROFILES_DIR).get("published_ab", []):
+        if list(entry["arms"]) == list(pair):
+            return {"bench": entry["bench_protocol"], "gsm8k": entry["gsm8k_protocol"]}
+    return None
+
+
 @dataclass(frozen=True)
 class Sku:
     """One SKU of the registry: the GPU it runs on, its launch rows and its tuned kernel configs."""
@@ -178,6 +187,10 @@ def _run(args) -> int:
         print(default_sku())
     elif args.what == "ab":
         print(" ".join(ab_arms()))
+    elif args.what == "ab-protocol":
+        if not args.sku:
+            raise UsageError("kdakit skus ab-protocol: name bench or gsm8k, then the arms")
+        print((ab_protocols(args.arms) or {}).get(args.sku, ""))
     elif args.what == "show":
         if not args.sku:
             raise UsageError("kdakit skus show: name the SKU (kdakit skus show h200)")
@@ -196,12 +209,14 @@ def add_arguments(p) -> None:
     p.add_argument(
         "what",
         nargs="?",
-        choices=["table", "names", "default", "ab", "show"],
+        choices=["table", "names", "default", "ab", "show", "ab-protocol"],
         default="table",
         help="table (default); names: the SKU names; default: Make's SKU; ab: the A/B arms; "
-        "show SKU: one SKU as JSON",
+        "show SKU: one SKU as JSON; ab-protocol bench|gsm8k ARM ARM: the protocol a published A/B of those "
+        "arms used (empty: none)",
     )
-    p.add_argument("sku", nargs="?", help="for show: the SKU")
+    p.add_argument("sku", nargs="?", help="for show: the SKU; for ab-protocol: bench or gsm8k")
+    p.add_argument("arms", nargs="*", help="for ab-protocol: the A/B's arms, baseline first")
 
 
 def register(sub) -> None:

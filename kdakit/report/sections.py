@@ -21,6 +21,7 @@ from kdakit.report.model import (
     kernel_rows,
     load_published,
     protocol_used,
+    serving_ab_rows,
     serving_rows,
     shape_label,
     visits_repeats_text,
@@ -32,6 +33,7 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
     published = published or load_published()
     c = collect(root)
     serving = serving_rows(c, published)
+    serving_ab = serving_ab_rows(c, published)
     kernels = kernel_rows(c, published)
     sections = []
 
@@ -96,7 +98,7 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
     sections.append(verdicts)
 
     serv = Section("Serving throughput (output tok/s, median of runs; every repeat counted)")
-    if not serving:
+    if not serving and not serving_ab:
         serv.blocks.append("No serving results.")
     for run_id, sku, host, protocol in sorted(
         {(r["run_id"], r["sku"], r["host"], r["protocol"]) for r in serving}
@@ -197,6 +199,8 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
                     ratio_plot(f"{sku} {host} {protocol}: helion/triton, 95 % CI", group, name)
                 )
     sections.append(serv)
+    if serving_ab:
+        sections.append(serving_ab_section(serving_ab, published))
 
     kern = Section("KDA kernel latency (µs, median)")
     if not kernels:
@@ -324,6 +328,50 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
     )
     sections.append(prov)
     return sections
+
+
+METRIC_LABELS = {key: label for key, label, _f, _r in VISIT_METRICS}
+METRIC_UNITS = {"output_throughput": "tok/s", "total_throughput": "tok/s"}
+
+
+def serving_ab_section(rows: list[dict], published: dict) -> Section:
+    """Published serving A/Bs of other PRs: every published metric, ours beside theirs."""
+    section = Section("Serving A/B of other PRs (every published metric, ours beside theirs)")
+    for run_id, sku, host, protocol in sorted(
+        {(r["run_id"], r["sku"], r["host"], r["protocol"]) for r in rows}
+    ):
+        group = [
+            r
+            for r in rows
+            if (r["run_id"], r["sku"], r["host"], r["protocol"]) == (run_id, sku, host, protocol)
+        ]
+        base, cand = group[0]["arms"]
+        table = next(t for t in published["serving_ab"] if t["protocol"] == protocol)
+        gpus = sorted({r["pub_sku"] for r in group if r["pub_sku"]})
+        section.blocks.append(
+            f"**{sku} — host {host}, run {run_id}, protocol {protocol}**: {table['title']} "
+            f"({table['source']}). Published on {', '.join(gpus) or 'no GPU'}, ours on {sku}: compare each "
+            f"side's {base} → {cand} change, not the absolute numbers across GPUs. Ours: the median of the "
+            "visits' medians; interval and verdict of the change as in the serving section (ms metrics: "
+            "below 1 is faster)."
+        )
+        section.blocks.append(
+            Table(
+                ["Input / Output", "C", "Metric", f"Ours {base}", f"Ours {cand}", "Change",
+                 f"{cand}/{base} (95 % CI)", f"Published {base}", f"Published {cand}", "Published change"],
+                [
+                    [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]),
+                     f"{METRIC_LABELS[r['metric']]} ({METRIC_UNITS.get(r['metric'], 'ms')})",
+                     fmt(r["ours"][base], 3), fmt(r["ours"][cand], 3), fmt_pct(r["change"]),
+                     _metric_cell(r["judged"]),
+                     fmt(r["pub"][base] if r["pub"] else None, 3, missing="not published"),
+                     fmt(r["pub"][cand] if r["pub"] else None, 3, missing="not published"),
+                     fmt_pct(r["pub_change"])]
+                    for r in group
+                ],
+            )
+        )  # fmt: skip
+    return section
 
 
 def _metric_cell(judged: stats.Judgement) -> str:

@@ -15,7 +15,8 @@ Python 3 standard library only (it runs in a bare Debian image with python3 and 
   --port 0            pick a free port; the first stdout line is always
                       "kdakit-fake-openai listening on http://HOST:PORT"
   --data FILE         GSM8K jsonl ({"question", "answer"} lines, answer ends in "#### N"); default: the kit's
-                      evals/data/gsm8k/test.jsonl when present. Unknown prompts get filler text.
+                      evals/data/gsm8k/test.jsonl when present. Unknown prompts get filler text; a prompt
+                      that asks for the answer in \\boxed{} (sgl-eval's) gets it there.
   --error-rate R      fraction of questions answered wrong. Question i (its line in --data) is wrong when
                       floor((i+1)*R + phase) > floor(i*R + phase), phase from --seed: every prefix of n
                       questions has floor(n*R + phase) wrong answers, exactly n*R when that is an integer.
@@ -114,6 +115,8 @@ def auth_status(method: str, path: str, header: str | None, api_key: str | None,
 
 # name -> template; {v} is the number as printed by the format's own rule (see render_answer).
 FORMATS = ("hash", "hash_commas", "dollar_period", "hash_dollar", "reasoning_plain", "think_block")
+# A prompt that asks for the answer in \boxed{} (sgl-eval's math prompt) gets it there, nothing else.
+BOXED_ASKED = "\\boxed{"
 
 
 def is_wrong(index: int, error_rate: float, seed: int) -> bool:
@@ -196,6 +199,8 @@ class Gsm8kOracle:
         value = self.values[i]
         if is_wrong(i, self.error_rate, self.seed):
             value = value + 1 + i % 7
+        if BOXED_ASKED in prompt:  # a model that follows sgl-eval's instruction
+            return f"Working through the problem gives {value}.\n\\boxed{{{value}}}"
         return render_answer(value, answer_format(i, self.seed))
 
 
