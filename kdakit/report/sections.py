@@ -244,23 +244,28 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
         gsm.blocks.append(
             "Published: the mean of the published runs for the same protocol, GPU and arm; deviation in "
             "percentage points of the verdict metric. A limited run (fewer questions than its protocol) is "
-            "never compared. Numeric: SGLang's run_eval (last number); strict/flexible: lm-eval's filters."
+            "never compared. Numeric: SGLang's run_eval (last number); strict/flexible: lm-eval's filters; "
+            "symbolic: sgl-eval's math grader (the \\boxed{} answer). Accept length: SGLang's average "
+            "speculative accept length over the run (its counters reset by a flush before it), beside the "
+            "published one of the same protocol and arm on the GPU named."
         )
         ordered = sorted(c.gsm8k, key=lambda r: (r["run_id"], r["host"], r["arm"], r["protocol"],
                                                  r["metrics"]["run_index"], r["created"]))  # fmt: skip
         gsm.blocks.append(
             Table(
                 ["Host", "GPU", "Arm", "Protocol", "Tool", "Run", "Questions", "Strict", "Flexible",
-                 "Numeric", "Threshold", "Verdict", "Published", "Dev. (pts)"],
+                 "Numeric", "Symbolic", "Threshold", "Verdict", "Published", "Dev. (pts)", "Accept length",
+                 "Published accept length"],
                 [
                     [r["host"], r["sku"], r["arm"], r["protocol"], _tool_text(r["metrics"]),
                      str(r["metrics"]["run_index"]), _questions_text(r["metrics"]),
                      _acc(r["metrics"], "strict"), _acc(r["metrics"], "flexible"),
-                     _acc(r["metrics"], "numeric"),
+                     _acc(r["metrics"], "numeric"), _acc(r["metrics"], "symbolic"),
                      f"{r['metrics']['threshold']:.2f}",
                      f"{r['metrics']['verdict']} ({r['metrics']['verdict_metric']})"
                      + ("" if r["metrics"].get("status", "ok") == "ok" else f": {r['metrics']['status']}"),
-                     *_gsm8k_published(r, published)]
+                     *_gsm8k_published(r, published), fmt(r["metrics"].get("accept_length"), 3, "—"),
+                     _published_accept_length(r, published)]
                     for r in ordered
                 ],
             )
@@ -405,6 +410,16 @@ def _gsm8k_published(record: dict, published: dict) -> list[str]:
     if ours is None:
         return [f"{mean:.4f} ({p['source']})", "n/a"]
     return [f"{mean:.4f} ({p['source']})", f"{(ours - mean) * 100:+.2f}"]
+
+
+def _published_accept_length(record: dict, published: dict) -> str:
+    """The published average accept length of the same protocol and arm, with the GPU it ran on."""
+    found = [
+        f"{p['accept_length']:.3f} ({p['sku']}, {p['source']})"
+        for p in published.get("gsm8k", [])
+        if p["protocol"] == record["protocol"] and p["arm"] == record["arm"] and "accept_length" in p
+    ]
+    return "; ".join(found) or "not published"
 
 
 def _acc(m: dict, name: str) -> str:

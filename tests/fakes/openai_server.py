@@ -265,7 +265,7 @@ class FakeState:
                 "max_tokens": _max_tokens(params, "max_completion_tokens", "max_tokens", "max_new_tokens"),
                 "reasoning_effort": body.get("reasoning_effort"), "stream": bool(body.get("stream")),
                 "messages": [m.get("role") for m in body.get("messages", [])],
-                "question_row": rows[-1] if rows else None, "shot_rows": rows[:-1],
+                "question_row": rows[-1] if rows else self.oracle.find(prompt), "shot_rows": rows[:-1],
                 "in_flight": in_flight, "accept_length": accept,
             }  # fmt: skip
             self.log(entry)
