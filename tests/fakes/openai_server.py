@@ -78,6 +78,11 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+
+class Server(ThreadingHTTPServer):
+    request_queue_size = 256  # a C48 client connects at once; the default backlog (5) resets some
+
+
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "evals" / "data" / "gsm8k" / "test.jsonl"
 FILLER_WORD = "token "  # one word = one "token"; trailing space so streamed pieces concatenate
 
@@ -569,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     # As PID 1 in a container SIGTERM has no default action; make `docker stop` end us promptly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     Handler.state = FakeState(args)
-    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server = Server((args.host, args.port), Handler)
     server.daemon_threads = True
     host, port = server.server_address[:2]
     print(f"kdakit-fake-openai listening on http://{host}:{port}", flush=True)
