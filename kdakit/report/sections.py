@@ -178,7 +178,8 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
             )
         )  # fmt: skip
         serv.blocks.append(
-            "Other metrics, helion/triton per visit (95 % CI and verdict; TTFT and TPOT: below 1 is faster):"
+            "Other metrics, helion/triton per visit (95 % CI and verdict; TTFT, TPOT and ITL: below 1 is "
+            "faster):"
         )
         serv.blocks.append(
             Table(
