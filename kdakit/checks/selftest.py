@@ -1,7 +1,7 @@
 """`kdakit selftest`: is this environment (normally the kdakit image) what pins.toml and the arm say it is?
 
 Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
-- every pinned package of the image (torch, triton, helion, sglang, lm-eval) is installed at its pin,
+- every pinned package of the image (torch, triton, helion, sglang, lm-eval, sgl-eval) is installed at its pin,
   and torch was built for the pinned CUDA;
 - SGLang's Helion KDA backend resolves to the kernels the arm asks for (arms:
   kdakit/facts/profiles/arms.toml; an arm without the Helion backend: SGLang's Triton adapter is importable);
@@ -30,7 +30,7 @@ from kdakit.facts import pins
 from kdakit.kernels.integration import DEFAULT as KDAKIT_KERNELS
 from kdakit.kernels.integration import ENV_VAR, KDAKIT_MODULES
 
-IMAGE_PACKAGES = ("torch", "triton", "helion", "sglang", "lm-eval")
+IMAGE_PACKAGES = ("torch", "triton", "helion", "sglang", "lm-eval", "sgl-eval")
 
 
 def arm_kernels() -> dict[str, str | None]:
