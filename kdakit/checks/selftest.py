@@ -1,8 +1,8 @@
 """`kdakit selftest`: is this environment (normally the kdakit image) what pins.toml and the arm say it is?
 
 Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
-- every pinned package of the image (torch, triton, helion, sglang, lm-eval, sgl-eval) is installed at its pin,
-  and torch was built for the pinned CUDA;
+- every pinned package of the image (torch, triton, helion, sglang, lm-eval, sgl-eval) is installed at its
+  pin, and torch was built for the pinned CUDA;
 - SGLang's Helion KDA backend resolves to the kernels the arm asks for (arms:
   kdakit/facts/profiles/arms.toml; an arm without the Helion backend: SGLang's Triton adapter is importable);
 - tuned kernel configs shipped for this GPU's SKU: listed, and FAIL where their kernel source hash or helion
