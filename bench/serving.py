@@ -43,6 +43,7 @@ from rich.progress import (
 from kdakit.facts.errors import UsageError
 from kdakit.launch import access
 from kdakit.measure import bounded, context, integrity, telemetry
+from kdakit.measure.session import Session, pick_protocol
 from kdakit.records import results
 
 PROTOCOLS_FILE = Path(__file__).with_name("protocols.toml")
@@ -280,10 +281,7 @@ def _tokenizer(args: argparse.Namespace, info: dict | None) -> str:
 
 def run_serving(args: argparse.Namespace) -> int:
     protocols_file = Path(args.protocols) if args.protocols else PROTOCOLS_FILE
-    protocols = load_protocols(protocols_file)
-    if args.protocol not in protocols:
-        raise UsageError(f"unknown protocol {args.protocol!r}; known: {', '.join(sorted(protocols))}")
-    protocol = protocols[args.protocol]
+    protocol = pick_protocol(load_protocols(protocols_file), args.protocol)
     runs = args.runs if args.runs is not None else protocol.runs
     if runs < 1:
         raise UsageError("--runs must be at least 1")
@@ -297,16 +295,10 @@ def run_serving(args: argparse.Namespace) -> int:
         if not Path(dataset_path).is_file():
             raise UsageError(f"--dataset-path: no such file {dataset_path}")
 
-    base_url = context.normalize_base_url(args.base_url)
-    bounded.require_server(base_url, ("/v1/models",), context.host_name(args))
-    info = context.server_info(base_url)
+    session = Session.open(args, "serving", ("/v1/models",))
+    base_url, info, out = session.base_url, session.info, session.out
     tokenizer = _tokenizer(args, info)
-    where = context.resolve(args, "serving", info)
-    out: Path = where["out"]
-    out.mkdir(parents=True, exist_ok=True)
-    stem = context.fresh_stem(out, f"{where['arm']}-{protocol.name}")
-    raw = out / stem
-    raw.mkdir(parents=True)
+    stem, raw = session.run_folder(f"{session.arm}-{protocol.name}")
     cmd = shlex.split(args.client_cmd) if args.client_cmd else CLIENT
     env = _client_env(tokenizer)
 
@@ -355,10 +347,9 @@ def run_serving(args: argparse.Namespace) -> int:
                 if outcome.status == "exited":
                     return None
                 status = "hung" if outcome.status == "stalled" else "timed out"
-                hung = bounded.hung_line(
-                    f"bench {label} {what}", where["host"], base_url, outcome,
-                    protocol.request_timeout_s, protocol.run_timeout_s,
-                )  # fmt: skip
+                hung = session.limit_line(
+                    f"bench {label} {what}", outcome, protocol.request_timeout_s, protocol.run_timeout_s
+                )
                 return hung
 
             if protocol.warmup:
@@ -384,16 +375,16 @@ def run_serving(args: argparse.Namespace) -> int:
                     protocol, point, **common, output_file=jsonl, num_prompts=point.num_prompts,
                     tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
                 )  # fmt: skip
-                with recorder.window(f"{point.label} run {j}"), integrity.Window(base_url) as window:
+                with session.measured(recorder, f"{point.label} run {j}") as window:
                     outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol, env)
-                access.scrub_tree(folder)  # the client's JSONL copies /server_info, keys included
+                session.scrub(folder)  # the client's JSONL copies /server_info, keys included
                 error = limited(outcome, f"run {j}")
                 if error:
                     break  # (a hung server's counter would only keep the run waiting)
                 requests_seen = window.check(point.num_prompts + CLIENT_WARMUP_REQUESTS)
                 if requests_seen["foreign"]:
-                    error = integrity.foreign_line(
-                        f"{where['host']}: {point.input_len}/{point.output_len} C{point.concurrency} run {j}",
+                    error = session.foreign_line(
+                        f"{point.input_len}/{point.output_len} C{point.concurrency} run {j}",
                         requests_seen["foreign"],
                     )
                     print(f"[bench] {error}", file=sys.stderr, flush=True)
@@ -458,7 +449,7 @@ def run_serving(args: argparse.Namespace) -> int:
     if hung:
         notes.append(f"partial: {hung}; later points not run")
     notes += tel.get("warnings", [])
-    mine = re.compile(rf"{re.escape(where['arm'])}-{re.escape(protocol.name)}(-\d+)?\.result\.json")
+    mine = re.compile(rf"{re.escape(session.arm)}-{re.escape(protocol.name)}(-\d+)?\.result\.json")
     previous = sum(1 for f in out.iterdir() if mine.fullmatch(f.name))
     metrics = {
         "dataset": dataset
@@ -480,15 +471,7 @@ def run_serving(args: argparse.Namespace) -> int:
         "telemetry": tel,
     }
     artifacts = [stem] + ([f"{stem}/{tel['file']}"] if tel.get("file") else [])
-    record = context.new_record(
-        "serving",
-        where,
-        protocol=protocol.name,
-        metrics=metrics,
-        notes=notes,
-        artifacts=artifacts,
-    )
-    path = results.write_result(out / f"{stem}.result.json", record)
+    path = session.write(stem, protocol.name, metrics, notes, artifacts)
     failed = [p for p in points if p["status"] != "ok"]
     print(f"[bench] {n - len(failed)}/{n} points ok -> {path}")
     return 1 if failed else 0

@@ -36,9 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdakit.facts.errors import UsageError
-from kdakit.launch import access
 from kdakit.measure import bounded, context, integrity, telemetry
-from kdakit.records import results
+from kdakit.measure.session import Session, pick_protocol
 
 HERE = Path(__file__).parent
 PROTOCOLS_FILE = HERE / "protocols.toml"
@@ -324,9 +323,7 @@ def _tool_run(protocol: Protocol, argv: list[str], raw: Path, env: dict, model: 
 
 def run_gsm8k(args: argparse.Namespace) -> int:
     data, protocols = load_protocols(Path(args.protocols) if args.protocols else PROTOCOLS_FILE)
-    if args.protocol not in protocols:
-        raise UsageError(f"unknown protocol {args.protocol!r}; known: {', '.join(sorted(protocols))}")
-    protocol = protocols[args.protocol]
+    protocol = pick_protocol(protocols, args.protocol)
     overrides = {}
     if args.runs is not None:
         overrides["runs"] = args.runs
@@ -344,13 +341,9 @@ def run_gsm8k(args: argparse.Namespace) -> int:
     rows = rows_scored(protocol, test_rows)
     limited = rows["questions"]["count"] < full_rows
 
-    base_url = context.normalize_base_url(args.base_url)
-    bounded.require_server(base_url, ("/v1/models", "/health"), context.host_name(args))
-    info = context.server_info(base_url)
+    session = Session.open(args, "gsm8k", ("/v1/models", "/health"))
+    base_url = session.base_url
     model = args.model or context.served_model(base_url) or "default"
-    where = context.resolve(args, "gsm8k", info)
-    out: Path = where["out"]
-    out.mkdir(parents=True, exist_ok=True)
     version = tool_version(protocol.tool)
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -360,9 +353,7 @@ def run_gsm8k(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="kdakit-hf-") as hf_home:
         env["HF_HOME"] = hf_home  # the JSON dataset cache is per run and thrown away
         for j in range(1, protocol.runs + 1):
-            stem = context.fresh_stem(out, f"{where['arm']}-{protocol.name}-run{j}")
-            raw = out / stem
-            raw.mkdir(parents=True)
+            stem, raw = session.run_folder(f"{session.arm}-{protocol.name}-run{j}")
             if protocol.tool == "lm-eval":
                 include_dir = raw / "task"
                 write_task(include_dir, data_dir)
@@ -379,15 +370,15 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                 f"at {base_url}",
                 file=sys.stderr,
             )
-            flushed = context.flush_cache(base_url)  # the accept length read after the run is the run's
+            flushed = session.flush_cache()  # the accept length read after the run is the run's
             recorder = telemetry.Recorder(raw / "telemetry.csv")
-            with recorder, recorder.window(f"run {j}"), integrity.Window(base_url) as window:
+            with recorder, session.measured(recorder, f"run {j}") as window:
                 outcome = _tool_run(protocol, argv, raw, env, model)
-            accept = context.accept_length(context.server_info(base_url)) if outcome.ok else None
+            accept = session.accept_length() if outcome.ok else None
             # the kit's own count is known once the results are read; a run that hung or failed has no
             # result to protect, and a hung server's counter would only keep it waiting
             counted = window.check(0) if outcome.ok else integrity.NOT_READ
-            access.scrub_tree(raw)
+            session.scrub(raw)
             log_name = f"{protocol.tool}.log"
             metrics = {
                 "run_index": j,
@@ -417,10 +408,9 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                     failure = f"{protocol.tool} exited {outcome.code}; log kept in {raw / log_name}"
                     metrics["status"] = "failed"
                 else:
-                    failure = bounded.hung_line(
-                        f"gsm8k run {j}", where["host"], base_url, outcome, protocol.request_timeout_s,
-                        protocol.run_timeout_s,
-                    )  # fmt: skip
+                    failure = session.limit_line(
+                        f"gsm8k run {j}", outcome, protocol.request_timeout_s, protocol.run_timeout_s
+                    )
                     metrics["status"] = "hung" if outcome.status == "stalled" else "timed out"
             else:
                 try:
@@ -452,8 +442,8 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                 metrics["requests"] = {"sent": sent, "server": counted["server"],
                                        "foreign": max(0, counted["server"] - sent)}  # fmt: skip
                 if metrics["requests"]["foreign"] and not failure:
-                    failure = integrity.foreign_line(
-                        f"{where['host']}: gsm8k {protocol.name} run {j}", metrics["requests"]["foreign"]
+                    failure = session.foreign_line(
+                        f"gsm8k {protocol.name} run {j}", metrics["requests"]["foreign"]
                     )
                     metrics["status"] = "failed"
             if metrics["http_errors"]:
@@ -480,10 +470,7 @@ def run_gsm8k(args: argparse.Namespace) -> int:
             elif accept is None and outcome.ok:
                 notes.append("no accept length: the server reports none (no speculative decoding)")
             notes += recorder.summary.get("warnings", []) + notes_extra
-            record = context.new_record(
-                "gsm8k", where, protocol=protocol.name, metrics=metrics, notes=notes, artifacts=artifacts
-            )
-            path = results.write_result(out / f"{stem}.result.json", record)
+            path = session.write(stem, protocol.name, metrics, notes, artifacts)
             if failure:
                 print(f"[gsm8k] {failure}; partial record -> {path}", file=sys.stderr)
                 return 3  # the server (or the tool) is not fit for the remaining runs

@@ -439,14 +439,13 @@ def cluster_main(argv: list[str] | None = None) -> int:
         help="an arm the run serves (repeatable): refuse when its kernels cannot run on the SKU's GPU",
     )  # fmt: skip
     args = p.parse_args(argv)
-    for arm in args.arm_names:
-        from kdakit.facts.errors import UsageError
-        from kdakit.launch import plan
-
-        try:
-            plan.render(args.sku, arm)
-        except UsageError as exc:
-            print(f"preflight: {exc}")
+    for arm in args.arm_names:  # `kdakit plan` refuses an arm whose kernels cannot run on the SKU's GPU
+        planned = subprocess.run([sys.executable, "-m", "kdakit", "plan", "--sku", args.sku, "--arm", arm],
+                                 capture_output=True, text=True, timeout=120)  # fmt: skip
+        if planned.returncode:
+            lines = [line for line in planned.stderr.splitlines() if line.strip()]
+            last = lines[-1] if lines else f"kdakit plan exited {planned.returncode}"
+            print(f"preflight: {last.removeprefix('kdakit plan: error: ')}")
             return 2
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1")
     inv = subprocess.run(
