@@ -75,10 +75,10 @@ preflight: setup ## One table of every host's checks (GPUs, driver, NVIDIA runti
 
 # With SCHEDULER=slurm, slurm/slurm.mk defines these steps as Slurm jobs instead.
 ifneq ($(SCHEDULER),slurm)
-deploy-%: setup ## Preflight, load the image, start the server on the hosts of SKU % (deploy-h200, ...). Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
+deploy-%: setup ## Preflight, load the image, start the server on the hosts of SKU % (deploy-h200, ...); BENCH_PROTOCOL= adds its server environment. Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN= BENCH_PROTOCOL=
 	@$(call kdakit_known_sku,$*)$(call kdakit_preflight,$*,--hosts-only --arm $(ARM))
 	@$(if $(DRY_RUN),,$(call kdakit_latest,$(NEW_RUN_ID)))
-	$(call kdakit_playbook,deploy,$*,$(NEW_RUN_ID),$(ARM))
+	$(call kdakit_playbook,deploy,$*,$(NEW_RUN_ID),$(ARM)) $(kdakit_bench_protocol_arg)
 
 eval-gsm8k: setup ## GSM8K (kdakit eval gsm8k) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=<every SKU group>
 	$(call kdakit_playbook,eval-gsm8k,$(HOSTS),$(LAST_RUN_ID),$(ARM))
