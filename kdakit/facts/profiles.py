@@ -53,6 +53,12 @@ def arms() -> dict[str, dict]:
     }
 
 
+def kernel_set_arms() -> list[str]:
+    """The arms that differ only in which kernels all three KDA phases run (one backend value, no other
+    flags): the ones the kernel harnesses (lifecycle, served) can run as they are served."""
+    return [name for name, spec in arms().items() if "verify_backend" not in spec and not spec.get("flags")]
+
+
 def contracts() -> dict[str, dict]:
     """Where SGLang runs a kernel an arm may ask for (arms.toml's `contracts`), by name."""
     return dict(_arms_file(PROFILES_DIR).get("contracts", {}))
