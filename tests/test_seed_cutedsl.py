@@ -109,7 +109,7 @@ def test_the_report_sets_every_published_metric_beside_ours(tmp_path):
     assert "## Serving A/B of other PRs (every published metric, ours beside theirs)" in md
     assert "| 8192 / 1024 | 48 | median TPOT (ms) | 8.290 | 8.080 | -2.53% |" in md
     assert "| 8.287 | 8.078 | -2.52% |" in md
-    assert "| 8192 / 1024 | 1 | output tok/s (tok/s) | 542.000 | 550.000 | +1.48% |" in md
+    assert "| 8192 / 1024 | 1 | output tok/s | 542.000 | 550.000 | +1.48% |" in md
     assert "| 543.100 | 550.400 | +1.34% |" in md
     assert "| 8192 / 1024 | 1 | median ITL (ms) |" in md
     # the seed-000 serving table and its claim are not fed with these arms

@@ -337,7 +337,6 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
 
 
 METRIC_LABELS = {key: label for key, label, _f, _r in VISIT_METRICS}
-METRIC_UNITS = {"output_throughput": "tok/s", "total_throughput": "tok/s"}
 
 
 def serving_ab_section(rows: list[dict], published: dict) -> Section:
@@ -367,7 +366,7 @@ def serving_ab_section(rows: list[dict], published: dict) -> Section:
                  f"{cand}/{base} (95 % CI)", f"Published {base}", f"Published {cand}", "Published change"],
                 [
                     [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]),
-                     f"{METRIC_LABELS[r['metric']]} ({METRIC_UNITS.get(r['metric'], 'ms')})",
+                     METRIC_LABELS[r["metric"]] + (" (ms)" if r["metric"].endswith("_ms") else ""),
                      fmt(r["ours"][base], 3), fmt(r["ours"][cand], 3), fmt_pct(r["change"]),
                      _metric_cell(r["judged"]),
                      fmt(r["pub"][base] if r["pub"] else None, 3, missing="not published"),
