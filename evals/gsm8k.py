@@ -476,10 +476,11 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                 return 3  # the server (or the tool) is not fit for the remaining runs
             chosen = metrics[f"accuracy_{protocol.verdict_metric}"]
             scores = ", ".join(f"{k} {metrics[f'accuracy_{k}']:.4f}" for k in METRICS[protocol.tool])
-            if metrics["accept_length"] is not None:
-                scores += f", accept length {metrics['accept_length']:.3f}"
+            measured = metrics["accept_length"]
+            accept_text = "" if measured is None else f", accept length {measured:.3f}"
             print(
-                f"[gsm8k] run {j}/{protocol.runs}: {scores} on {metrics['n_questions']} questions; "
+                f"[gsm8k] run {j}/{protocol.runs}: {scores} on {metrics['n_questions']} questions"
+                f"{accept_text}; "
                 f"{protocol.verdict_metric} {chosen:.4f} vs threshold {protocol.threshold}: "
                 f"{metrics['verdict'].upper()} ({outcome.elapsed_s:.0f} s) -> {path}"
             )
