@@ -14,6 +14,7 @@ WHEELS ?= .cache/wheels
 # Read a pin from pins.toml (the one source of truth), e.g. $(call pin,packages,sglang)
 pin = $(shell $(PYTHON) kdakit/facts/pins.py $(1) $(2))
 SGLANG_VERSION := $(call pin,packages,sglang)
+SGL_EVAL_VERSION := $(call pin,packages,sgl-eval)
 EXTRAS ?= dev,kernels,eval,controller,sglang-cli,sglang-backend,benchclient
 
 # The SKU registry (kdakit/facts/profiles/<sku>.toml): every SKU, and the one used when SKU= is not given.
@@ -49,6 +50,7 @@ $(VENV)/.setup-done: pyproject.toml pins.toml Makefile
 	@$(call setup_phase,kdakit and its extras ($(EXTRAS)),$(PY) -m pip install -e ".[$(EXTRAS)]")
 	@# SGLang's wheel without its GPU stack: enough for its argument parser and benchmark client.
 	@$(call setup_phase,SGLang $(SGLANG_VERSION) without its GPU stack,$(PY) -m pip download --no-deps -d $(WHEELS) sglang==$(SGLANG_VERSION) && $(PY) -m pip install --no-deps $(WHEELS)/sglang-$(SGLANG_VERSION)-*.whl)
+	@$(call setup_phase,sgl-eval $(SGL_EVAL_VERSION) without its dependency caps,$(PY) -m pip install --no-deps sgl-eval==$(SGL_EVAL_VERSION))
 	@touch $@ && echo "setup: done ($(VENV); log: $(SETUP_LOG))"
 
 test: setup ## Run the CPU test suite (everything not marked gpu), a test file per worker at a time. Vars: TEST_WORKERS=<CPUs, at most 4> (1: serial) PYTEST_ARGS=
@@ -85,7 +87,7 @@ reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball
 	  fi; build="image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}: rebuilding"; \
 	fi; \
 	$(if $(filter slurm,$(SCHEDULER)),$(call kdakit_slurm,preflight) --sku $(SKU) --run-id preflight, \
-	  $(call kdakit_preflight,$(SKU),--gate --arms $(words $(ARMS)) $$([ -n "$$build" ] && echo --build))); \
+	  $(call kdakit_preflight,$(SKU),--gate --arms $(words $(ARMS)) $(kdakit_arm_args) $$([ -n "$$build" ] && echo --build))); \
 	if [ -n "$$build" ]; then echo "$$build"; $(MAKE) --no-print-directory image image-save SKU=$(SKU); fi
 	$(MAKE) --no-print-directory ab-$(SKU) SKU=$(SKU) PREFLIGHT_DONE=1
 

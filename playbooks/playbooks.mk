@@ -15,6 +15,16 @@ ARMS ?= $(shell $(PYTHON) -m kdakit.facts.profiles ab)
 # the bench role's kdakit_bench_protocol (pr) or what the inventory or EXTRA sets.
 BENCH_PROTOCOL ?=
 kdakit_bench_protocol_arg = $(if $(BENCH_PROTOCOL),-e kdakit_bench_protocol=$(BENCH_PROTOCOL))
+# ab-*: a published A/B's protocols (arms.toml's published_ab, e.g. ARMS="triton cutedsl": the CuTe-verify
+# PR's serving and GSM8K), unless BENCH_PROTOCOL / GSM8K_PROTOCOL are given.
+GSM8K_PROTOCOL ?=
+kdakit_ab_protocol = $(or $($(1)),$(shell $(PYTHON) -m kdakit.facts.profiles ab-protocol $(2) $(ARMS)))
+AB_BENCH_PROTOCOL = $(call kdakit_ab_protocol,BENCH_PROTOCOL,bench)
+AB_GSM8K_PROTOCOL = $(call kdakit_ab_protocol,GSM8K_PROTOCOL,gsm8k)
+kdakit_ab_protocol_args = $(if $(AB_BENCH_PROTOCOL),-e kdakit_bench_protocol=$(AB_BENCH_PROTOCOL)) \
+	$(if $(AB_GSM8K_PROTOCOL),-e kdakit_gsm8k_protocol=$(AB_GSM8K_PROTOCOL))
+# Preflight refuses an arm whose kernels cannot run on the SKU's GPU (kdakit/facts/kernel_contracts.py).
+kdakit_arm_args = $(foreach a,$(ARMS),--arm $(a))
 EXTRA ?=
 kdakit_empty :=
 HOSTS ?= $(subst $(kdakit_empty) $(kdakit_empty),:,$(SKUS))
@@ -45,15 +55,15 @@ kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/checks/pref
 # -> outcome, cause), then the report; the exit status is non-zero unless all were ok.
 define kdakit_ab
 $(call kdakit_latest,$(NEW_RUN_ID)) || exit 2; \
-set -- $$($(PY) -c 'from kdakit.bench.serving import load_protocols; p = load_protocols()["$(or $(BENCH_PROTOCOL),pr)"]; print(p.repeats, int(p.sequential))') || exit 2; \
+set -- $$($(PY) -c 'from kdakit.bench.serving import load_protocols; p = load_protocols()["$(or $(AB_BENCH_PROTOCOL),pr)"]; print(p.repeats, int(p.sequential))') || exit 2; \
 visits=$$1; sequential=$$2; started=$$(date +%s); \
 rc=0; for visit in $$(seq $$visits); do for arm in $(ARMS); do \
   for step in deploy $$([ $$visit = 1 ] && echo eval-gsm8k) bench collect teardown; do \
     echo "== $(1) $$arm $$step (run $(NEW_RUN_ID)$$([ $$visits -gt 1 ] && echo ", visit $$visit of $$([ $$sequential = 1 ] && echo "at most ")$$visits"))"; \
-    $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) $(kdakit_bench_protocol_arg) -e kdakit_visit=$$visit || rc=1; \
+    $(call kdakit_playbook,$$step,$(1),$(NEW_RUN_ID),$$arm) $(kdakit_ab_protocol_args) -e kdakit_visit=$$visit || rc=1; \
 done; done; \
   if [ $$sequential = 1 ]; then decision=$$($(PY) -m kdakit.records.sequential $(RESULTS)/$(NEW_RUN_ID) \
-    --protocol $(BENCH_PROTOCOL) --elapsed-s $$(( $$(date +%s) - started ))) || rc=1; \
+    --protocol $(AB_BENCH_PROTOCOL) --elapsed-s $$(( $$(date +%s) - started ))) || rc=1; \
     echo "== $(1) after visit $$visit: $$decision"; case "$$decision" in *'"stop": true'*) break;; esac; fi; \
 done; \
 echo "== $(1) roll-up (run $(NEW_RUN_ID))"; \
@@ -71,10 +81,10 @@ preflight: setup ## One table of every host's checks (GPUs, driver, NVIDIA runti
 
 # With SCHEDULER=slurm, slurm/slurm.mk defines these steps as Slurm jobs instead.
 ifneq ($(SCHEDULER),slurm)
-deploy-%: setup ## Preflight, load the image, start the server on the hosts of SKU % (deploy-h200, ...). Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN=
-	@$(call kdakit_known_sku,$*)$(call kdakit_preflight,$*,--hosts-only)
+deploy-%: setup ## Preflight, load the image, start the server on the hosts of SKU % (deploy-h200, ...); BENCH_PROTOCOL= adds its server environment. Vars: INVENTORY= ARM=helion RUN_ID=<new> DRY_RUN= BENCH_PROTOCOL=
+	@$(call kdakit_known_sku,$*)$(call kdakit_preflight,$*,--hosts-only --arm $(ARM))
 	@$(if $(DRY_RUN),,$(call kdakit_latest,$(NEW_RUN_ID)))
-	$(call kdakit_playbook,deploy,$*,$(NEW_RUN_ID),$(ARM))
+	$(call kdakit_playbook,deploy,$*,$(NEW_RUN_ID),$(ARM)) $(kdakit_bench_protocol_arg)
 
 eval-gsm8k: setup ## GSM8K (kdakit eval gsm8k) on every deployed host. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=<every SKU group>
 	$(call kdakit_playbook,eval-gsm8k,$(HOSTS),$(LAST_RUN_ID),$(ARM))
@@ -88,8 +98,8 @@ collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to result
 teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=<every SKU group>
 	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
 
-ab-%: setup ## Preflight, then A/B on the hosts of SKU % (ab-h200, ...): the ARMS in turn (BENCH_PROTOCOL=rigorous: interleaved visits; decisive: visits until the answer is known), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS=<arms.toml ab> BENCH_PROTOCOL=
-	@$(call kdakit_known_sku,$*)$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,$*,--gate --arms $(words $(ARMS))))
+ab-%: setup ## Preflight, then A/B on the hosts of SKU % (ab-h200, ...): the ARMS in turn (BENCH_PROTOCOL=rigorous: interleaved visits; decisive: visits until the answer is known; ARMS="triton cutedsl": the CuTe-verify PR's protocols), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS=<arms.toml ab> BENCH_PROTOCOL= GSM8K_PROTOCOL=
+	@$(call kdakit_known_sku,$*)$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,$*,--gate --arms $(words $(ARMS)) $(kdakit_arm_args)))
 	@$(call kdakit_ab,$*)
 
 endif

@@ -198,7 +198,8 @@ def test_arms_come_from_arms_toml():
     from kdakit.facts import profiles
 
     assert set(selftest.ARMS) == set(profiles.arms())
-    assert selftest.ARMS == {"triton": None, "helion": "kdakit", "helion-upstream": "upstream"}
+    assert selftest.ARMS == {"triton": None, "helion": "kdakit", "helion-upstream": "upstream",
+                             "cutedsl": None, "triton-replayssm": None}  # fmt: skip
 
 
 def test_lifecycle_row_is_skipped_without_a_gpu_never_passed():

@@ -434,7 +434,19 @@ def cluster_main(argv: list[str] | None = None) -> int:
     p.add_argument("--hosts-only", action="store_true", help="only check that the group has hosts")
     p.add_argument("--results", help="the controller's results folder: refuse when the run will not fit")
     p.add_argument("--arms", type=int, default=1, help="arm visits the run measures (for --results)")
+    p.add_argument(
+        "--arm", action="append", default=[], dest="arm_names",
+        help="an arm the run serves (repeatable): refuse when its kernels cannot run on the SKU's GPU",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    for arm in args.arm_names:  # `kdakit plan` refuses an arm whose kernels cannot run on the SKU's GPU
+        planned = subprocess.run([sys.executable, "-m", "kdakit", "plan", "--sku", args.sku, "--arm", arm],
+                                 capture_output=True, text=True, timeout=120)  # fmt: skip
+        if planned.returncode:
+            lines = [line for line in planned.stderr.splitlines() if line.strip()]
+            last = lines[-1] if lines else f"kdakit plan exited {planned.returncode}"
+            print(f"preflight: {last.removeprefix('kdakit plan: error: ')}")
+            return 2
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1")
     inv = subprocess.run(
         [args.ansible_inventory, "-i", args.inventory, "--list"],

@@ -1,8 +1,8 @@
 """`kdakit selftest`: is this environment (normally the kdakit image) what pins.toml and the arm say it is?
 
 Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
-- every pinned package of the image (torch, triton, helion, sglang, lm-eval) is installed at its pin,
-  and torch was built for the pinned CUDA;
+- every pinned package of the image (torch, triton, helion, sglang, lm-eval, sgl-eval) is installed at its
+  pin, and torch was built for the pinned CUDA;
 - SGLang's Helion KDA backend resolves to the kernels the arm asks for (arms:
   kdakit/facts/profiles/arms.toml; an arm without the Helion backend: SGLang's Triton adapter is importable);
 - tuned kernel configs shipped for this GPU's SKU: listed, and FAIL where their kernel source hash or helion
@@ -32,7 +32,7 @@ from kdakit.facts import pins
 from kdakit.kernels.integration import DEFAULT as KDAKIT_KERNELS
 from kdakit.kernels.integration import ENV_VAR, KDAKIT_MODULES
 
-IMAGE_PACKAGES = ("torch", "triton", "helion", "sglang", "lm-eval")
+IMAGE_PACKAGES = ("torch", "triton", "helion", "sglang", "lm-eval", "sgl-eval")
 
 
 def arm_kernels() -> dict[str, str | None]:
@@ -88,6 +88,7 @@ def torch_facts() -> dict:
         "cuda": torch.version.cuda,
         "gpu": gpu,
         "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
+        "capability": "{}.{}".format(*torch.cuda.get_device_capability(0)) if gpu else None,
     }
 
 
@@ -331,12 +332,40 @@ def config_checks(arm: str, facts: dict, environ: dict | None = None) -> list[Ch
     return checks
 
 
+def verify_kernel_check(arm: str, facts: dict, environ: dict | None = None, module_found=None) -> Check:
+    """Which verify kernel SGLang runs for the arm here (kdakit/facts/kernel_contracts.py): on this GPU and
+    python, or, without a GPU, on the SKU registry's GPU of the image's SKU. FAIL: the arm names a kernel that
+    would not run (SGLang would run another without a word)."""
+    import importlib.util
+
+    from kdakit.facts import kernel_contracts, profiles
+
+    environ = os.environ if environ is None else environ
+    name = f"arm {arm}: the verify kernel SGLang runs"
+    registered = profiles.sku_of_gpu(facts["gpu_name"]) if facts.get("gpu") else None
+    sku = environ.get("KDAKIT_SKU") or (registered.name if registered else profiles.default_sku())
+    profile = profiles.load(sku, arm)
+    module = profiles.contracts()["nv_cutedsl"]["python_module"]
+    has_module = (module_found or (lambda m: importlib.util.find_spec(m) is not None))(module)
+    if facts.get("gpu"):
+        capability, gpu = facts["capability"], facts["gpu_name"]
+    else:
+        capability, gpu = profile.gpu_capability, f"{profile.gpu_model} ({sku}'s GPU in the SKU registry)"
+    runs = kernel_contracts.verify_kernel(profile.flags, profile.model_facts, capability, gpu, has_module)
+    wanted = profile.flags.get(kernel_contracts.VERIFY_FLAG)
+    falls_back = wanted == "nv_cutedsl" and not runs.startswith(kernel_contracts.VERIFY_KERNELS["nv_cutedsl"])
+    status = (FAIL if facts.get("gpu") else SKIP) if falls_back else PASS
+    where = "" if facts.get("gpu") else " (no GPU here: as on the registry's GPU)"
+    return Check(name, status, f"{runs}{where}")
+
+
 def run_checks(arm: str) -> tuple[list[Check], dict]:
     pinned = pins.load()
     facts = torch_facts()
     checks = check_packages(pinned)
     checks.append(check_torch_cuda(pinned, facts))
     checks += check_arm(arm)
+    checks.append(verify_kernel_check(arm, facts))
     checks += config_checks(arm, facts)
     checks += gpu_checks(arm, facts)
     checks.append(lifecycle_check(arm, facts))

@@ -58,6 +58,9 @@ def load_published(path: Path = PUBLISHED_FILE) -> dict:
     for table in (*serving_sets(published), published.get("kernels", {})):
         for row in table.get("rows", []):
             row["sku"] = canonical_sku(row["sku"])
+    for table in published.get("serving_ab", []):
+        for row in table["rows"]:
+            row["sku"] = canonical_sku(row["sku"])
     for entry in (*published.get("gsm8k", []), *published.get("claims", [])):
         entry["sku"] = canonical_sku(entry["sku"])
     return published
@@ -153,8 +156,10 @@ VISIT_METRICS = (
     ("total_throughput", "total tok/s", "median_total_throughput", "total_throughput"),
     ("median_ttft_ms", "median TTFT", None, "median_ttft_ms"),
     ("median_tpot_ms", "median TPOT", None, "median_tpot_ms"),
+    ("median_itl_ms", "median ITL", None, "median_itl_ms"),
     ("accept_length", "accept length", "accept_length", "accept_length"),
 )
+LOWER_IS_BETTER = {"median_ttft_ms", "median_tpot_ms", "median_itl_ms"}
 
 
 def visit_value(point: dict, metric: str = "output_throughput") -> float | None:
@@ -237,10 +242,12 @@ def arm_comparison(
     metric: str = "output_throughput",
     confidence: float = stats.CONFIDENCE,
     definition: dict | None = None,
+    one_visit_runs: bool | None = None,
 ) -> tuple[stats.Judgement, str]:
     """helion/triton judged over visits matched by visit id (a visit missing or failed in either arm drops
     its pair), and how it was formed: a sequential protocol's (definition) on its confidence sequence. One
-    visit per arm: the runs' interval, never a decisive verdict."""
+    visit per arm: the runs' interval, never a decisive verdict (one_visit_runs: for this metric; default:
+    output throughput only)."""
     definition = definition or {}
     is_sequential = bool(definition.get("sequential"))
     t_by, h_by = triton.by_visit(metric), helion.by_visit(metric)
@@ -251,9 +258,13 @@ def arm_comparison(
                                confidence=confidence, sequential=is_sequential,
                                horizon=definition.get("max_visits"))  # fmt: skip
     n = judged.ci.n if judged.ci else 0
-    if len(triton.ok) == 1 and len(helion.ok) == 1 and metric == "output_throughput":
-        t_runs = [r["output_throughput"] for r in triton.ok[0]["runs"]]
-        h_runs = [r["output_throughput"] for r in helion.ok[0]["runs"]]
+    run_field = next(m[3] for m in VISIT_METRICS if m[0] == metric)
+    t_runs = [r.get(run_field) for r in triton.ok[0]["runs"]] if len(triton.ok) == 1 else []
+    h_runs = [r.get(run_field) for r in helion.ok[0]["runs"]] if len(helion.ok) == 1 else []
+    if one_visit_runs is None:
+        one_visit_runs = metric == "output_throughput"
+    usable = t_runs and h_runs and all(isinstance(v, int | float) for v in t_runs + h_runs)
+    if one_visit_runs and usable:
         one = stats.judge_one_visit(t_runs, h_runs, band_pct)
         if one.kind != stats.NO_DATA and judged.kind in (stats.CANNOT_TELL, stats.NO_DATA):
             return one, f"runs {len(t_runs)} vs {len(h_runs)} of one visit per arm (Welch, unpaired)"
@@ -326,6 +337,8 @@ def serving_rows(c: Collected, published: dict) -> list[dict]:
     pub = published_serving(published)
     rows = []
     for (run_id, sku, host, protocol), by_arm in sorted(c.serving.items()):
+        if serving_ab_table(protocol, published):
+            continue  # a published A/B of other arms: serving_ab_rows
         records = {arm: by_arm.get(arm, []) for arm in ARMS}
         everything = sorted((r for arm in ARMS for r in records[arm]), key=lambda r: r["created"])
         keys = {k for arm in ARMS for r in records[arm] for k in _points(r)}
@@ -369,6 +382,53 @@ def serving_rows(c: Collected, published: dict) -> list[dict]:
                 }
             )  # fmt: skip
     return rows
+
+
+def serving_ab_table(protocol: str, published: dict) -> dict | None:
+    """The published serving A/B (published.toml's `serving_ab`) measured with this protocol, if any."""
+    return next((t for t in published.get("serving_ab", []) if t["protocol"] == protocol), None)
+
+
+def serving_ab_rows(c: Collected, published: dict) -> list[dict]:
+    """For a protocol of a published serving A/B: one row per (group, point, metric) with our two arms,
+    their change and interval verdict beside the published numbers of the same arms."""
+    rows = []
+    for (run_id, sku, host, protocol), by_arm in sorted(c.serving.items()):
+        table = serving_ab_table(protocol, published)
+        if table is None:
+            continue
+        base, cand = table["arms"]
+        records = {arm: by_arm.get(arm, []) for arm in (base, cand)}
+        everything = sorted((r for arm in (base, cand) for r in records[arm]), key=lambda r: r["created"])
+        used = protocol_used(protocol, everything)
+        metrics = used.get("metrics") or [m["metric"] for m in table["rows"]]
+        pub = {(r["input_len"], r["output_len"], r["concurrency"], r["metric"]): r for r in table["rows"]}
+        keys = {k for arm in (base, cand) for r in records[arm] for k in _points(r)}
+        keys |= protocol_points(protocol, everything)
+        band = band_of(protocol, everything)
+        for key in sorted(keys):
+            visits = {arm: _visits(records[arm], key) for arm in (base, cand)}
+            for metric in metrics:
+                ours = {arm: _median_visit(visits[arm], metric) for arm in (base, cand)}
+                judged, basis = arm_comparison(visits[base], visits[cand], band, metric, one_visit_runs=True)
+                p = pub.get((*key, metric))
+                pub_sku = p["sku"] if p else None
+                rows.append(
+                    {
+                        "run_id": run_id, "sku": sku, "host": host, "protocol": protocol, "key": key,
+                        "metric": metric, "arms": (base, cand), "source": table["source"],
+                        "ours": ours, "change": results.change_pct(ours[base], ours[cand]),
+                        "judged": judged, "ci_basis": basis,
+                        "pub": {arm: p[arm] for arm in (base, cand)} if p else None, "pub_sku": pub_sku,
+                        "pub_change": results.change_pct(p[base], p[cand]) if p else None,
+                    }
+                )  # fmt: skip
+    return rows
+
+
+def _median_visit(visits: Visits, metric: str) -> float | None:
+    values = [v for v in visits.by_visit(metric).values() if v is not None]
+    return results.median(values) if values else None
 
 
 def kernel_rows(c: Collected, published: dict) -> list[dict]:

@@ -23,6 +23,7 @@ from kdakit.report.model import (
     kernel_rows,
     load_published,
     published_serving,
+    serving_ab_rows,
     serving_rows,
     serving_sets,
     shape_label,
@@ -37,13 +38,18 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
     published = published or load_published()
     c = collect(root)
     serving = serving_rows(c, published)
+    serving_ab = serving_ab_rows(c, published)
     kernels = kernel_rows(c, published)
     claims = claim_rows(c, published, serving, kernels)
     sections = [
         summary_section(claims),
         overview_section(c, published),
         verdicts_section(claims, c),
-        serving_section(c, serving, published, plots),
+        serving_section(c, serving, published, plots, other_prs=bool(serving_ab)),
+    ]
+    if serving_ab:
+        sections.append(serving_ab_section(serving_ab, published))
+    sections += [
         kernels_section(kernels, plots),
         gsm8k_section(c, published),
         telemetry_section(c, plots),
@@ -231,9 +237,11 @@ def verdicts_section(claims: list[dict], c: Collected) -> Section:
     return verdicts
 
 
-def serving_section(c: Collected, serving: list[dict], published: dict, plots: bool) -> Section:
+def serving_section(
+    c: Collected, serving: list[dict], published: dict, plots: bool, other_prs: bool = False
+) -> Section:
     serv = Section("Serving throughput (output tok/s, median of runs; every repeat counted)")
-    if not serving:
+    if not serving and not other_prs:
         serv.blocks.append("No serving results.")
     for group_key in sorted({(r["run_id"], r["sku"], r["host"], r["protocol"]) for r in serving}):
         group = [r for r in serving if (r["run_id"], r["sku"], r["host"], r["protocol"]) == group_key]
@@ -315,7 +323,8 @@ def serving_group_blocks(c: Collected, group_key: tuple, group: list[dict], publ
         )
     )  # fmt: skip
     blocks.append(
-        "Other metrics, helion/triton per visit (95 % CI and verdict; TTFT and TPOT: below 1 is faster):"
+        "Other metrics, helion/triton per visit (95 % CI and verdict; TTFT, TPOT and ITL: below 1 is "
+        "faster):"
     )
     blocks.append(
         Table(
@@ -446,23 +455,28 @@ def gsm8k_section(c: Collected, published: dict) -> Section:
         gsm.blocks.append(
             "Published: the mean of the published runs for the same protocol, GPU and arm; deviation in "
             "percentage points of the verdict metric. A limited run (fewer questions than its protocol) is "
-            "never compared. Numeric: SGLang's run_eval (last number); strict/flexible: lm-eval's filters."
+            "never compared. Numeric: SGLang's run_eval (last number); strict/flexible: lm-eval's filters; "
+            "symbolic: sgl-eval's math grader (the \\boxed{} answer). Accept length: SGLang's average "
+            "speculative accept length over the run (its counters reset by a flush before it), beside the "
+            "published one of the same protocol and arm on the GPU named."
         )
         ordered = sorted(c.gsm8k, key=lambda r: (r["run_id"], r["host"], r["arm"], r["protocol"],
                                                  r["metrics"]["run_index"], r["created"]))  # fmt: skip
         gsm.blocks.append(
             Table(
                 ["Host", "GPU", "Arm", "Protocol", "Tool", "Run", "Questions", "Strict", "Flexible",
-                 "Numeric", "Threshold", "Verdict", "Published", "Dev. (pts)"],
+                 "Numeric", "Symbolic", "Threshold", "Verdict", "Published", "Dev. (pts)", "Accept length",
+                 "Published accept length"],
                 [
                     [r["host"], r["sku"], r["arm"], r["protocol"], _tool_text(r["metrics"]),
                      str(r["metrics"]["run_index"]), _questions_text(r["metrics"]),
                      _acc(r["metrics"], "strict"), _acc(r["metrics"], "flexible"),
-                     _acc(r["metrics"], "numeric"),
+                     _acc(r["metrics"], "numeric"), _acc(r["metrics"], "symbolic"),
                      f"{r['metrics']['threshold']:.2f}",
                      f"{r['metrics']['verdict']} ({r['metrics']['verdict_metric']})"
                      + ("" if r["metrics"].get("status", "ok") == "ok" else f": {r['metrics']['status']}"),
-                     *_gsm8k_published(r, published)]
+                     *_gsm8k_published(r, published), fmt(r["metrics"].get("accept_length"), 3, "—"),
+                     _published_accept_length(r, published)]
                     for r in ordered
                 ],
             )
@@ -524,6 +538,49 @@ def provenance_section(c: Collected) -> Section:
     return prov
 
 
+METRIC_LABELS = {key: label for key, label, _f, _r in VISIT_METRICS}
+
+
+def serving_ab_section(rows: list[dict], published: dict) -> Section:
+    """Published serving A/Bs of other PRs: every published metric, ours beside theirs."""
+    section = Section("Serving A/B of other PRs (every published metric, ours beside theirs)")
+    for run_id, sku, host, protocol in sorted(
+        {(r["run_id"], r["sku"], r["host"], r["protocol"]) for r in rows}
+    ):
+        group = [
+            r
+            for r in rows
+            if (r["run_id"], r["sku"], r["host"], r["protocol"]) == (run_id, sku, host, protocol)
+        ]
+        base, cand = group[0]["arms"]
+        table = next(t for t in published["serving_ab"] if t["protocol"] == protocol)
+        gpus = sorted({r["pub_sku"] for r in group if r["pub_sku"]})
+        section.blocks.append(
+            f"**{sku} — host {host}, run {run_id}, protocol {protocol}**: {table['title']} "
+            f"({table['source']}). Published on {', '.join(gpus) or 'no GPU'}, ours on {sku}: compare each "
+            f"side's {base} → {cand} change, not the absolute numbers across GPUs. Ours: the median of the "
+            "visits' medians; interval and verdict of the change as in the serving section (ms metrics: "
+            "below 1 is faster)."
+        )
+        section.blocks.append(
+            Table(
+                ["Input / Output", "C", "Metric", f"Ours {base}", f"Ours {cand}", "Change",
+                 f"{cand}/{base} (95 % CI)", f"Published {base}", f"Published {cand}", "Published change"],
+                [
+                    [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]),
+                     METRIC_LABELS[r["metric"]] + (" (ms)" if r["metric"].endswith("_ms") else ""),
+                     fmt(r["ours"][base], 3), fmt(r["ours"][cand], 3), fmt_pct(r["change"]),
+                     _metric_cell(r["judged"]),
+                     fmt(r["pub"][base] if r["pub"] else None, 3, missing="not published"),
+                     fmt(r["pub"][cand] if r["pub"] else None, 3, missing="not published"),
+                     fmt_pct(r["pub_change"])]
+                    for r in group
+                ],
+            )
+        )  # fmt: skip
+    return section
+
+
 def _metric_cell(judged: stats.Judgement) -> str:
     if judged.kind == stats.NO_DATA or judged.ci is None:
         return "no data"
@@ -555,6 +612,16 @@ def _gsm8k_published(record: dict, published: dict) -> list[str]:
     if ours is None:
         return [f"{mean:.4f} ({p['source']})", "n/a"]
     return [f"{mean:.4f} ({p['source']})", f"{(ours - mean) * 100:+.2f}"]
+
+
+def _published_accept_length(record: dict, published: dict) -> str:
+    """The published average accept length of the same protocol and arm, with the GPU it ran on."""
+    found = [
+        f"{p['accept_length']:.3f} ({p['sku']}, {p['source']})"
+        for p in published.get("gsm8k", [])
+        if p["protocol"] == record["protocol"] and p["arm"] == record["arm"] and "accept_length" in p
+    ]
+    return "; ".join(found) or "not published"
 
 
 def _acc(m: dict, name: str) -> str:

@@ -1122,7 +1122,7 @@ def prefill_graph_cost(heads: int | None = None, cases=PREFILL_GRAPH_CASES, reps
 
     rows = []
     shape = served_shape(heads, graph_bs=0, prefill_buckets=(1,))
-    for arm in profiles.arms():
+    for arm in profiles.kernel_set_arms():
         with Lifecycle(arm, shape) as life:
             for lens in cases:
                 for mode in ("graph", "eager"):

@@ -150,10 +150,11 @@ def run(args) -> dict:
     cfg = StackConfig(
         layers=args.layers, hidden=args.hidden, ffn=args.ffn, reps=args.reps, max_seqs=args.max_seqs
     )
-    arms = [a.strip() for a in args.arms.split(",")] if args.arms else list(profiles.arms())
-    unknown = set(arms) - set(profiles.arms())
+    arms = [a.strip() for a in args.arms.split(",")] if args.arms else profiles.kernel_set_arms()
+    known = profiles.kernel_set_arms()  # arms with one backend for all three phases and no other flags
+    unknown = set(arms) - set(known)
     if unknown:
-        raise UsageError(f"--arms: unknown {', '.join(sorted(unknown))}; arms: {', '.join(profiles.arms())}")
+        raise UsageError(f"--arms: not {', '.join(sorted(unknown))}; arms it runs: {', '.join(known)}")
     layer_rows, stack_rows = measure(
         arms, parse_cases(args.layer_cases), parse_cases(args.stack_cases), cfg, heads=args.heads
     )
