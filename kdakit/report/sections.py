@@ -323,8 +323,7 @@ def serving_group_blocks(c: Collected, group_key: tuple, group: list[dict], publ
         )
     )  # fmt: skip
     blocks.append(
-        "Other metrics, helion/triton per visit (95 % CI and verdict; TTFT, TPOT and ITL: below 1 is "
-        "faster):"
+        "Other metrics, helion/triton per visit (95 % CI and verdict; TTFT, TPOT and ITL: below 1 is faster):"
     )
     blocks.append(
         Table(
