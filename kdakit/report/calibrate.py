@@ -94,12 +94,21 @@ def simulate(protocol, noise: float, drift: float, ratio: float, experiments: in
     return found
 
 
+def _claim_protocols(protocols: dict) -> dict:
+    """The protocols that judge the helion/triton claim: another PR's serving A/B (published.toml's
+    `serving_ab`, e.g. cutedsl-pr) is judged by the same engine but is no protocol of this claim."""
+    from kdakit.report.model import load_published
+
+    other = {t["protocol"] for t in load_published().get("serving_ab", [])}
+    return {name: p for name, p in protocols.items() if name not in other}
+
+
 def table(protocols: dict | None = None, experiments: int = EXPERIMENTS, seed: int = SEED) -> list[dict]:
     import numpy as np
 
     from kdakit.bench.serving import load_protocols
 
-    protocols = protocols if protocols is not None else load_protocols()
+    protocols = protocols if protocols is not None else _claim_protocols(load_protocols())
     rng = np.random.default_rng(seed)
     rows = []
     for name in sorted(protocols):
@@ -166,7 +175,7 @@ def follow_ups(protocols: dict | None = None, experiments: int = FOLLOW_EXPERIME
 
     from kdakit.bench.serving import load_protocols
 
-    protocols = protocols if protocols is not None else load_protocols()
+    protocols = protocols if protocols is not None else _claim_protocols(load_protocols())
     rng = np.random.default_rng(seed + 1)
     names = [name for name in sorted(protocols) if protocols[name].repeats > 1]
     return [follow_up(protocols[name], *case, experiments, rng) for name in names for case in FOLLOW_CASES]
