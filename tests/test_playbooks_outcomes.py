@@ -119,3 +119,72 @@ def test_record_step_keeps_the_first_failure():
     assert provenance.earlier_failure(r).startswith("bench failed")
     with pytest.raises(ValueError):
         provenance.record_step(r, "x", "fine")
+
+
+FAKE_DOCKER = """#!/bin/sh
+# docker as the collect role calls it: the server's log and settings echo the env file's keys, as SGLang's do
+env_file={env_file}
+case "$1" in
+  logs) echo "server_args=ServerArgs(api_key='$(sed -n 's/^OPENAI_API_KEY=//p' $env_file)')"
+        echo "admin key $(sed -n 's/^KDAKIT_ADMIN_API_KEY=//p' $env_file) in use" ;;
+  container) printf '[{{"Args": ["--api-key", "%s"]}}]\\n' "$(sed -n 's/^OPENAI_API_KEY=//p' $env_file)" ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+def test_collected_diagnostics_are_scrubbed_as_written_and_private(rig):
+    """The collect role writes the server's log and settings through the scrub filter, 0600 in 0700 folders,
+    on the host and on the controller; no file of the run holds a key (tests/infra/keyscan.py)."""
+    from kdakit.launch import access
+    from tests.infra import keyscan
+
+    state = rig / "state"
+    state.mkdir(exist_ok=True)
+    env_file = state / "kdakit-sglang.env"
+    env_file.write_text(access.env_file_lines("keys"))
+    env_file.chmod(0o600)
+    docker = rig / "fake-docker"
+    docker.write_text(FAKE_DOCKER.format(env_file=env_file))
+    docker.chmod(0o755)
+    ledger = keyscan.Ledger()
+    ledger.note(state)
+    assert len(ledger.secrets) == 2
+    # (as extra vars: the playbooks' group_vars/all.yml outranks the inventory's group vars)
+    where = [f"kdakit_host_results_root={rig / 'host-results'}", f"kdakit_host_state_dir={state}",
+             f"kdakit_docker_cli={docker}"]  # fmt: skip
+    collect = play(
+        rig, "collect", "keys", "helion", *(a for w in where for a in ("-e", w)), "--limit", "local1"
+    )
+    assert lines(collect)["local1"] == "local1: collect ok", collect.stdout[-3000:]
+    for root in (rig / "host-results" / "keys" / "helion", rig / "results" / "keys" / "local1" / "helion"):
+        log = (root / "diag" / "kdakit-sglang.log").read_text()
+        assert log.startswith("server_args=ServerArgs(api_key='<redacted>')"), log
+        assert json.loads((root / "diag" / "kdakit-sglang.inspect.json").read_text()) == [
+            {"Args": ["--api-key", "<redacted>"]}
+        ]
+        assert (root / "diag").stat().st_mode & 0o777 == 0o700
+        for path in (root / "diag").iterdir():
+            assert path.stat().st_mode & 0o777 == 0o600, path
+    ledger.assert_clean(rig / "host-results", rig / "results")
+    env_file.unlink()
+
+
+def test_the_key_scan_names_a_file_a_key_was_written_to(tmp_path):
+    from kdakit.launch import access
+    from tests.infra import keyscan
+
+    state, run = tmp_path / "host" / "state", tmp_path / "results" / "r1" / "h1" / "helion" / "diag"
+    state.mkdir(parents=True)
+    run.mkdir(parents=True)
+    (state / "kdakit-sglang.env").write_text(access.env_file_lines("r1"))
+    ledger = keyscan.Ledger()
+    ledger.note(state)
+    api_key = access.parse_env_text((state / "kdakit-sglang.env").read_text())[access.API_KEY_ENV]
+    (run / "kdakit-sglang.log").write_text("api_key=<redacted>\n")
+    assert ledger.assert_clean(tmp_path / "results", tmp_path / "host") == 2  # the log and the env file
+    (run / "kdakit-sglang.inspect.json").write_text(f'["--api-key", "{api_key}"]')  # an unscrubbed write
+    with pytest.raises(
+        AssertionError, match=r"kdakit-sglang\.inspect\.json \(mode 0644\) holds the OPENAI_API_KEY"
+    ):
+        ledger.assert_clean(tmp_path / "results", tmp_path / "host")
