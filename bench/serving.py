@@ -265,6 +265,17 @@ def _tokenizer(args: argparse.Namespace, info: dict | None) -> str:
     raise UsageError("no tokenizer: pass --tokenizer (the model folder, or any local tokenizer folder)")
 
 
+def first_failure(protocol: Protocol, points: list[dict], failed: list[int]) -> str:
+    """'; point 2/3 (64/8, C4): run 2: <cause>' for the closing line (the one a rollout's summary shows)."""
+    if not failed:
+        return ""
+    i = failed[0]
+    point, error = protocol.points[i - 1], points[i - 1].get("error") or points[i - 1]["status"]
+    where = f"point {i}/{len(points)} ({point.input_len}/{point.output_len}, C{point.concurrency})"
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    return f"; {where}: {' '.join(str(error).split())}{more}"
+
+
 def run_serving(args: argparse.Namespace) -> int:
     protocols_file = Path(args.protocols) if args.protocols else PROTOCOLS_FILE
     protocols = load_protocols(protocols_file)
@@ -323,7 +334,8 @@ def run_serving(args: argparse.Namespace) -> int:
     recorder = telemetry.Recorder(raw / "telemetry.csv").start()
     hung: str | None = None
     unchecked = False  # a measured run whose server counter could not be read
-    with Progress(*columns, console=console, transient=False) as progress:
+    # (logs, docker, ansible: no bar, whose last frame would run into the next line; step() prints instead)
+    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
         task = progress.add_task("serving benchmark", total=n * runs)
         for i, point in enumerate(protocol.points, 1):
             folder = raw / point.label
@@ -472,8 +484,8 @@ def run_serving(args: argparse.Namespace) -> int:
         artifacts=artifacts,
     )
     path = results.write_result(out / f"{stem}.result.json", record)
-    failed = [p for p in points if p["status"] != "ok"]
-    print(f"[bench] {n - len(failed)}/{n} points ok -> {path}")
+    failed = [i for i, p in enumerate(points, 1) if p["status"] != "ok"]
+    print(f"[bench] {n - len(failed)}/{n} points ok{first_failure(protocol, points, failed)} -> {path}")
     return 1 if failed else 0
 
 

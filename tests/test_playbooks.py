@@ -279,3 +279,43 @@ def test_become_in_the_wrong_place_is_caught(tmp_path, file, old, new):
     assert old in path.read_text()
     path.write_text(path.read_text().replace(old, new, 1))
     assert become_problems(root)
+
+
+def _render_measure_failure(output: str) -> str:
+    """The measuring step's fail message (roles/common/tasks/measure.yml), rendered by Ansible's templar as
+    the playbook renders it, for a container that printed output."""
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    tasks = yaml.safe_load((PLAYBOOKS / "roles" / "common" / "tasks" / "measure.yml").read_text())
+    (task,) = [
+        t for t in tasks if "ansible.builtin.fail" in t and "kdakit_measure_closing" in t.get("vars", {})
+    ]
+    defaults = yaml.safe_load((PLAYBOOKS / "roles" / "common" / "defaults" / "main.yml").read_text())
+    variables = {
+        "kdakit_measure_name": "bench", "kdakit_measure_command": ["bench", "serving"],
+        "kdakit_measure_run": {"status": 1, "container": {"Output": output}},
+        "kdakit_measure_lines": trust_as_template(defaults["kdakit_measure_lines"]),
+        "kdakit_measure_closing": trust_as_template(task["vars"]["kdakit_measure_closing"]),
+        "kdakit_results_dir": "/srv/results", "kdakit_run_id": "r1", "inventory_hostname": "h2",
+        "kdakit_arm": "helion",
+    }  # fmt: skip
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return templar.template(trust_as_template(task["ansible.builtin.fail"]["msg"]))
+
+
+def test_a_failed_bench_point_is_one_line_with_its_cause_and_record():
+    # what the bench container printed (stderr and stdout together), a progress bar's last frame included
+    output = (
+        "[bench] point 1/1 (48/12, C2) run 1/1: elapsed 0 s, ETA unknown\n"
+        "serving benchmark ━━━━━━━━━━━━━━━━━━━━ 1/1 elapsed 0:00:34 ETA 0:00:00\n"
+        "point 1/1 (48/12, C2): FAILED: run 1: client exited 1 (see i48-o12-c2/run1.log)\n"
+        "[bench] 0/1 points ok; point 1/1 (48/12, C2): run 1: client exited 1 (see i48-o12-c2/run1.log)"
+        " -> /results/bench/helion-smoke.result.json\n"
+    )
+    assert _render_measure_failure(output) == (
+        "bench: kdakit bench serving exited 1: 0/1 points ok; point 1/1 (48/12, C2): run 1: client exited 1"
+        " (see i48-o12-c2/run1.log) -> /srv/results/r1/h2/helion/bench/helion-smoke.result.json."
+        " Fix: read that record and the logs beside it"
+    )
