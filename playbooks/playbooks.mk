@@ -35,7 +35,7 @@ kdakit_latest = $(PY) -m kdakit.records.controller_files latest --results $(RESU
 # build or no host is ready; deploy then records the hosts that are not ready as failed.
 kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/checks/preflight.py cluster --sku $(1) \
 	--inventory $(INVENTORY) --playbook playbooks/preflight.yml --ansible-playbook $(ANSIBLE_PLAYBOOK) \
-	--ansible-inventory $(dir $(ANSIBLE_PLAYBOOK))ansible-inventory --docker $(DOCKER) --extra "$(EXTRA)" \
+	--ansible-inventory $(dir $(ANSIBLE_PLAYBOOK))ansible-inventory --docker $(DOCKER) --extra="$(EXTRA)" \
 	--results $(RESULTS) $(2)
 # A/B on the same hosts under one run id: every step for the triton arm, then for the helion arm; with
 # BENCH_PROTOCOL=rigorous, its `repeats` visits per arm interleaved (triton, helion, triton, ...; GSM8K on the

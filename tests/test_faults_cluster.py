@@ -284,9 +284,10 @@ def test_run_b_deploy_faults_on_four_hosts_and_a_full_results_disk(cluster, tmp_
         assert lines(down)["h1"] == (
             f"h1: teardown failed (cannot reach the Docker engine at {h1.engine.host} (is dockerd running?))"
         ), lines(down)
-        record = rf"{results}/f-b/h\d/helion/provenance\.json"
-        full = re.search(rf"kdakit provenance: cannot write {record}: No space left on device", down.stdout)
-        assert full, down.stdout[-3000:]
+        # each host's line names its own record
+        record = rf"{results}/f-b/(h\d)/helion/provenance\.json"
+        full = re.findall(rf"kdakit provenance: (h\d): cannot write {record}: No space left", down.stdout)
+        assert full and all(a == b for a, b in full), down.stdout[-3000:]
         assert {p: p.read_bytes() for p in results.rglob("provenance.json")} == before  # whole, unchanged
         half = [p for p in results.rglob("*") if p.suffix in (".json", ".tmp") and p.stat().st_size == 0]
         assert not half and not list(results.rglob("*.tmp"))  # no 0-byte record, no temp file left

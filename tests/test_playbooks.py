@@ -319,3 +319,41 @@ def test_a_failed_bench_point_is_one_line_with_its_cause_and_record():
         " (see i48-o12-c2/run1.log) -> /srv/results/r1/h2/helion/bench/helion-smoke.result.json."
         " Fix: read that record and the logs beside it"
     )
+
+
+def _render(text: str, variables: dict) -> str:
+    """A template of the playbooks, rendered by Ansible's own templar (its Jinja keeps backslashes as they
+    are, unlike plain Jinja)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    trusted = {
+        k: trust_as_template(v) if isinstance(v, str) and "{{" in v else v for k, v in variables.items()
+    }
+    return Templar(loader=DataLoader(), variables=trusted).template(trust_as_template(text))
+
+
+def test_a_host_whose_record_could_not_be_written_names_its_own_file_only():
+    import yaml
+
+    tasks = yaml.safe_load((PLAYBOOKS / "tasks" / "summary.yml").read_text())
+    (fail,) = [t for t in tasks if "ansible.builtin.fail" in t]
+    stderr = [
+        "kdakit provenance: h1: cannot write /r/f-b/h1/helion/provenance.json: No space left on device",
+        "kdakit provenance: h10: cannot write /r/f-b/h10/helion/provenance.json: No space left on device",
+    ]
+    for host, outcome, expected_msg in (
+        ("h1", "ok", f"teardown ok; {stderr[0]}"),
+        ("h2", "failed", "teardown failed: docker down"),
+        ("h2", "ok", None),
+    ):
+        variables = {
+            "kdakit_step": "teardown", "kdakit_outcome": outcome, "inventory_hostname": host,
+            "kdakit_cause": "docker down" if outcome == "failed" else "",
+            "kdakit_recorded": {"rc": 1, "stderr_lines": stderr},
+            "kdakit_record_problem": fail["vars"]["kdakit_record_problem"],
+        }  # fmt: skip
+        fails = _render("{{ " + fail["when"] + " }}", variables)
+        assert fails is (expected_msg is not None), (host, outcome)
+        if expected_msg:
+            assert _render(fail["ansible.builtin.fail"]["msg"], variables) == expected_msg

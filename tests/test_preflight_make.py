@@ -152,3 +152,19 @@ def test_deploy_refuses_when_the_controller_cannot_hold_the_results(tmp_path):
     )
     assert (results / "LATEST").read_text() == "earlier-run\n"  # nothing written, nothing started
     assert "PLAY [" not in proc.stdout
+
+
+@pytest.mark.parametrize("limit", ["--limit h1", "-l h1", "--limit=h1"])
+def test_the_space_check_counts_the_hosts_the_limit_selects(tmp_path, limit):
+    inventory = tmp_path / "two.yml"
+    inventory.write_text(
+        "h200:\n  hosts:\n    h1: {ansible_connection: local}\n    h2: {ansible_connection: local}\n"
+    )
+    env_var = "KDAKIT_RESULTS_MB_PER_HOST_ARM=100000000"
+    proc, _ = make("deploy-h200", f"INVENTORY={inventory}", f"RESULTS={tmp_path / 'results'}", "RUN_ID=r",
+                   env_var, f"EXTRA={limit}")  # fmt: skip
+    (refusal,) = [x for x in proc.stdout.splitlines() if x.startswith("controller: ")]
+    assert "(1 host(s) x 1 arm(s))" in refusal, refusal
+    whole, _ = make("deploy-h200", f"INVENTORY={inventory}", f"RESULTS={tmp_path / 'results'}", "RUN_ID=r",
+                    env_var)  # fmt: skip
+    assert "(2 host(s) x 1 arm(s))" in whole.stdout, whole.stdout

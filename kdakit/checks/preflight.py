@@ -376,6 +376,18 @@ def controller_checks(docker: str, build: bool) -> list[Verdict]:
     return verdicts
 
 
+def limit_args(extra: str) -> list[str]:
+    """The --limit/-l patterns among ansible-playbook's extra arguments, for ansible-inventory: the hosts the
+    run will touch (and so the space it needs) are the limited ones."""
+    words, out = shlex.split(extra), []
+    for i, word in enumerate(words):
+        if word in ("--limit", "-l") and i + 1 < len(words):
+            out += ["--limit", words[i + 1]]
+        elif word.startswith("--limit="):
+            out += ["--limit", word.split("=", 1)[1]]
+    return out
+
+
 def hosts_of(inventory: dict, group: str) -> list[str]:
     """Hosts of a group (and its children) in `ansible-inventory --list` output."""
     seen, todo, hosts = set(), [group], []
@@ -437,7 +449,7 @@ def cluster_main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1")
     inv = subprocess.run(
-        [args.ansible_inventory, "-i", args.inventory, "--list"],
+        [args.ansible_inventory, "-i", args.inventory, "--list", *limit_args(args.extra)],
         capture_output=True,
         text=True,
         env=env,
