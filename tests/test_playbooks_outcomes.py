@@ -48,7 +48,10 @@ def play(rig, step: str, run_id: str = "r1", arm: str = "helion", *extra: str) -
     playbook = REPO / "playbooks" / f"{step}.yml"
     cmd = [str(BIN / "ansible-playbook"), "-i", str(rig / "inventory.yml"), str(playbook),
            "-e", "kdakit_hosts=h200", "-e", f"kdakit_run_id={run_id}", "-e", f"kdakit_arm={arm}",
-           "-e", f"kdakit_results_dir={rig / 'results'}", *extra]  # fmt: skip
+           "-e", f"kdakit_results_dir={rig / 'results'}",
+           # the host's folders as extra vars: the playbooks' group_vars/all.yml outranks the inventory's
+           "-e", f"kdakit_host_results_root={rig / 'host-results'}",
+           "-e", f"kdakit_host_state_dir={rig / 'state'}", *extra]  # fmt: skip
     # one connection attempt (ansible.cfg asks for three): the closed port answers at once anyway
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "playbooks" / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_SSH_ARGS="-o ConnectionAttempts=1")  # fmt: skip
@@ -150,12 +153,7 @@ def test_collected_diagnostics_are_scrubbed_as_written_and_private(rig):
     ledger = keyscan.Ledger()
     ledger.note(state)
     assert len(ledger.secrets) == 2
-    # (as extra vars: the playbooks' group_vars/all.yml outranks the inventory's group vars)
-    where = [f"kdakit_host_results_root={rig / 'host-results'}", f"kdakit_host_state_dir={state}",
-             f"kdakit_docker_cli={docker}"]  # fmt: skip
-    collect = play(
-        rig, "collect", "keys", "helion", *(a for w in where for a in ("-e", w)), "--limit", "local1"
-    )
+    collect = play(rig, "collect", "keys", "helion", "-e", f"kdakit_docker_cli={docker}", "--limit", "local1")
     assert lines(collect)["local1"] == "local1: collect ok", collect.stdout[-3000:]
     for root in (rig / "host-results" / "keys" / "helion", rig / "results" / "keys" / "local1" / "helion"):
         log = (root / "diag" / "kdakit-sglang.log").read_text()
@@ -188,3 +186,14 @@ def test_the_key_scan_names_a_file_a_key_was_written_to(tmp_path):
         AssertionError, match=r"kdakit-sglang\.inspect\.json \(mode 0644\) holds the OPENAI_API_KEY"
     ):
         ledger.assert_clean(tmp_path / "results", tmp_path / "host")
+
+
+def test_a_teardown_that_cannot_reach_a_host_says_what_stays_there(rig):
+    down = play(rig, "teardown", "gone")
+    assert down.returncode != 0
+    line = lines(down)["gone1"]
+    assert re.fullmatch(
+        r"gone1: teardown unreachable \(ssh: connect to host 127\.0\.0\.1 port 9: .+; its server and key file"
+        r" stay on gone1: run make teardown again when it is back\)",
+        line,
+    ), line
