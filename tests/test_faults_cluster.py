@@ -191,6 +191,11 @@ def test_run_a_unreachable_interrupted_and_lost_hosts(cluster):
             assert f"interrupted: removing the containers {step} started, on every host" in stopped.stderr
             for h in (h1, h2):
                 assert kit_containers(h) == ["kdakit-sglang"], (step, h.name)
+                folder = (
+                    h.root / "results" / "f-a" / "helion" / {"eval-gsm8k": "gsm8k", "bench": "bench"}[step]
+                )
+                record = json.loads((folder / "interrupted.json").read_text())
+                assert (record["step"], record["signal"]) == (step, signal.Signals(sig).name), record
         gsm8k = make(cluster, "eval-gsm8k", run, "EXTRA=--limit h1:h2:h3")  # the re-run works
         assert lines(gsm8k) == {
             "h1": "h1: eval-gsm8k ok",

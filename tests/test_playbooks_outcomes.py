@@ -197,3 +197,17 @@ def test_a_teardown_that_cannot_reach_a_host_says_what_stays_there(rig):
         r" stay on gone1: run make teardown again when it is back\)",
         line,
     ), line
+
+
+def test_an_interrupted_bench_leaves_a_record_saying_so(rig, tmp_path):
+    # what playbooks/run-step.sh runs after SIGINT during `make bench` (a state folder no other run locked)
+    signal = ("-e", "kdakit_interrupt_signal=SIGINT", "-e", f"kdakit_host_state_dir={tmp_path}")
+    play(rig, "interrupted", "cut", "helion", "-e", "kdakit_step=bench", *signal, "--limit", "local1")
+    record = json.loads((rig / "host-results" / "cut" / "helion" / "bench" / "interrupted.json").read_text())
+    assert {k: record[k] for k in ("kind", "step", "signal", "run_id", "host", "arm")} == {
+        "kind": "interrupted", "step": "bench", "signal": "SIGINT", "run_id": "cut", "host": "local1",
+        "arm": "helion",
+    }  # fmt: skip
+    assert record["note"].startswith(
+        "bench was interrupted (SIGINT on the controller) and its containers removed"
+    )
