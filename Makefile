@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 # waits on dockerd, sshd and clients, so two cores already gain).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
-.PHONY: help setup test test-gpu lint pins pins-check plan sglang-args reproduce clean
+.PHONY: help setup test test-packages test-gpu lint pins pins-check plan sglang-args reproduce clean
 REBUILD ?=
 # ansible: the playbooks over SSH; slurm: Slurm jobs (slurm/slurm.mk, slurm/README.md).
 SCHEDULER ?= ansible
@@ -53,6 +53,14 @@ $(VENV)/.setup-done: pyproject.toml pins.toml Makefile
 
 test: setup ## Run the CPU test suite (everything not marked gpu), a test file per worker at a time. Vars: TEST_WORKERS=<CPUs, at most 4> (1: serial) PYTEST_ARGS=
 	$(PY) -m pytest -m "not gpu" $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope) $(PYTEST_ARGS)
+
+# The Debian packages of the Docker, SSH-host, Slurm and browser tests: without them `make test` skips those
+# groups and its summary says which (tests/infra/packages.py).
+test-packages: ## Install the Debian packages the Docker, SSH-host, Slurm and browser tests need (.ci/apt-packages.txt; root, Debian)
+	@[ "$$(id -u)" = 0 ] || { echo "test-packages: apt-get needs root: sudo make test-packages" >&2; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		$$(grep -v '^\s*#' .ci/apt-packages.txt | tr '\n' ' ') >/dev/null
 
 test-gpu: setup ## Run the GPU tests (needs an NVIDIA GPU). Vars: PYTEST_ARGS=
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)

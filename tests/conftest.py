@@ -66,6 +66,26 @@ def pytest_configure(config):
         os.environ[images.SESSION_ENV] = f"{os.uname().nodename}-{os.getpid()}-{time.time_ns()}"
 
 
+def pytest_terminal_summary(terminalreporter):
+    # Which test groups a machine without their Debian packages skipped, and the one command that adds them.
+    if hasattr(terminalreporter.config, "workerinput"):
+        return
+    from tests.infra import packages
+
+    reasons = [
+        str(r.longrepr[2]) if isinstance(r.longrepr, tuple) else str(r.longrepr)
+        for r in terminalreporter.stats.get("skipped", [])
+    ]
+    terminalreporter.config.kdakit_package_lines = packages.summary(reasons)
+
+
+def pytest_unconfigure(config):
+    # after pytest's own closing line, so that they are the run's last words
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for line in getattr(config, "kdakit_package_lines", []) if reporter else []:
+        reporter.write_line(line, yellow=True, bold=True)
+
+
 def pytest_sessionfinish(session):
     # Here rather than at each process's exit: xdist workers end without running atexit handlers, and the
     # controller sees, after all of them, what the whole session used (its ledger).
