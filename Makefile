@@ -86,11 +86,12 @@ sglang-args: setup ## Regenerate the snapshot of SGLang's server arguments from 
 reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball's source hash is not this tree's), ab-$(SKU), roll-up, report. Vars: SKU=<kdakit skus> INVENTORY=(localhost) REBUILD=0 (refuse instead of rebuilding) SCHEDULER=slurm (as Slurm jobs: slurm/README.md)
 	@want=$$($(PYTHON) images/build_steps.py source-hash . $(SKU) $(BASE_IMAGE)); \
 	have=$$(cat $(FILE).source 2>/dev/null || echo none); build=; \
-	if [ ! -f $(FILE) ]; then build="image: no $(FILE) yet: building it"; \
+	full="the next step is a full image build (make image image-save SKU=$(SKU): pulls $(BASE_IMAGE) from its registry, builds kdakit on it, saves $(FILE))"; \
+	if [ ! -f $(FILE) ]; then build="image: no $(FILE) yet: $$full; Ctrl-C now to stop, or pass FILE=<a saved tarball>"; \
 	elif [ "$$have" != "$$want" ]; then \
 	  if [ "$(REBUILD)" = 0 ]; then \
 	    echo "image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}; refusing (REBUILD=0): make image image-save SKU=$(SKU), or drop REBUILD=0" >&2; exit 1; \
-	  fi; build="image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}: rebuilding"; \
+	  fi; build="image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}: $$full; Ctrl-C now to stop, or REBUILD=0 to refuse"; \
 	fi; \
 	$(if $(filter slurm,$(SCHEDULER)),$(call kdakit_slurm,preflight) --sku $(SKU) --run-id preflight, \
 	  $(call kdakit_preflight,$(SKU),--gate --arms $(words $(ARMS)) $$([ -n "$$build" ] && echo --build))); \

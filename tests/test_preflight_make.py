@@ -57,7 +57,7 @@ def test_reproduce_stops_at_preflight_before_any_build(tmp_path):
                          "EXTRA=-e kdakit_nvidia_smi=/nonexistent")  # fmt: skip
     assert proc.returncode != 0 and seconds < 30
     assert "preflight: stopping before any image build, pull or load" in proc.stdout
-    assert "docker" not in proc.stderr.lower() and "building it" not in proc.stdout
+    assert "docker" not in proc.stderr.lower() and "full image build" not in proc.stdout
 
 
 def test_reproduce_refuses_a_tarball_of_another_source(tmp_path):
@@ -168,3 +168,14 @@ def test_the_space_check_counts_the_hosts_the_limit_selects(tmp_path, limit):
     whole, _ = make("deploy-h200", f"INVENTORY={inventory}", f"RESULTS={tmp_path / 'results'}", "RUN_ID=r",
                     env_var)  # fmt: skip
     assert "(2 host(s) x 1 arm(s))" in whole.stdout, whole.stdout
+
+
+def test_reproduce_says_when_the_next_step_is_a_full_image_build(tmp_path):
+    # a preflight that passes (PY=/bin/true) and a builder that fails at once (DOCKER=/bin/false)
+    tarball = tmp_path / "kdakit-h200.tar.zst"
+    proc, _ = make("reproduce", f"FILE={tarball}", "PY=/bin/true", "DOCKER=/bin/false")
+    assert proc.returncode != 0
+    first = proc.stdout.splitlines()[0]
+    full = "the next step is a full image build (make image image-save SKU=h200: pulls "
+    assert first.startswith(f"image: no {tarball} yet: {full}"), first
+    assert first.endswith("Ctrl-C now to stop, or pass FILE=<a saved tarball>")
