@@ -31,9 +31,11 @@ REBUILD ?=
 # ansible: the playbooks over SSH; slurm: Slurm jobs (slurm/slurm.mk, slurm/README.md).
 SCHEDULER ?= ansible
 
+# The variables a help text may name as $(NAME): shown with their values.
+HELP_VARS := SKU
 help: ## List every target with its variables
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' \
-		$(MAKEFILE_LIST) | sort -u
+		$(MAKEFILE_LIST) | sed $(foreach v,$(HELP_VARS),-e 's|\$$($(v))|$($(v))|g') | sort -u
 
 setup: $(VENV)/.setup-done ## Create .venv with kdakit, the controller tools and test deps at pinned versions. Vars: PYTHON=python3 EXTRAS=...
 
@@ -93,7 +95,7 @@ reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball
 	    echo "image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}; refusing (REBUILD=0): make image image-save SKU=$(SKU), or drop REBUILD=0" >&2; exit 1; \
 	  fi; build="image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}: $$full; Ctrl-C now to stop, or REBUILD=0 to refuse"; \
 	fi; \
-	$(if $(filter slurm,$(SCHEDULER)),$(call kdakit_slurm,preflight) --sku $(SKU) --run-id preflight, \
+	$(if $(filter slurm,$(SCHEDULER)),$(kdakit_slurm_site_note) $(call kdakit_slurm,preflight) --sku $(SKU) --run-id preflight, \
 	  $(call kdakit_preflight,$(SKU),--gate --arms $(words $(ARMS)) $$([ -n "$$build" ] && echo --build))); \
 	if [ -n "$$build" ]; then echo "$$build"; $(MAKE) --no-print-directory image image-save SKU=$(SKU); fi
 	$(MAKE) --no-print-directory ab-$(SKU) SKU=$(SKU) PREFLIGHT_DONE=1

@@ -175,6 +175,11 @@ def test_playbooks_mk_targets_are_listed_by_make_help():
         "lint-playbooks",
     ):
         assert f"  {target} " in out, target
+    # every variable a help text names is shown with its value
+    assert "$(" not in out and "ab-h200, roll-up" in out
+    b200 = subprocess.run(["make", "--no-print-directory", "help", "SKU=b200"], cwd=REPO, capture_output=True,
+                          text=True).stdout  # fmt: skip
+    assert "kernels/configs/b200/" in b200
 
 
 @pytest.mark.parametrize("role", ["gsm8k", "bench"])

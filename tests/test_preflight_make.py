@@ -179,3 +179,14 @@ def test_reproduce_says_when_the_next_step_is_a_full_image_build(tmp_path):
     full = "the next step is a full image build (make image image-save SKU=h200: pulls "
     assert first.startswith(f"image: no {tarball} yet: {full}"), first
     assert first.endswith("Ctrl-C now to stop, or pass FILE=<a saved tarball>")
+
+
+def test_slurm_preflight_without_a_site_says_which_file_to_create(tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text("")
+    for settings, note in (("SLURM_SETTINGS=", True), (f"SLURM_SETTINGS={site}", False)):
+        # KDAKIT=/bin/true: the Slurm side (kdakit slurm preflight) is tests/test_slurm.py's
+        proc, _ = make("slurm-preflight", "KDAKIT=/bin/true", settings, f"RESULTS={tmp_path / 'results'}")
+        assert proc.returncode == 0, proc.stderr
+        said = "create slurm/site.toml from slurm/site.example.toml (or pass SLURM_SETTINGS=<file>)"
+        assert (said in proc.stderr) is note, proc.stderr
