@@ -64,6 +64,9 @@ def pytest_configure(config):
         from tests.infra import images
 
         os.environ[images.SESSION_ENV] = f"{os.uname().nodename}-{os.getpid()}-{time.time_ns()}"
+        from tests.infra import checkout
+
+        config.kdakit_checkout_before = checkout.state()
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -82,7 +85,8 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_unconfigure(config):
     # after pytest's own closing line, so that they are the run's last words
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    for line in getattr(config, "kdakit_package_lines", []) if reporter else []:
+    lines = getattr(config, "kdakit_checkout_lines", []) + getattr(config, "kdakit_package_lines", [])
+    for line in lines if reporter else []:
         reporter.write_line(line, yellow=True, bold=True)
 
 
@@ -91,6 +95,14 @@ def pytest_sessionfinish(session):
     # controller sees, after all of them, what the whole session used (its ledger).
     if hasattr(session.config, "workerinput"):
         return
+    from tests.infra import checkout
+
+    # Tests leave nothing in the checkout (results and out folders go under a temporary or cache folder).
+    left = checkout.left_behind(getattr(session.config, "kdakit_checkout_before", None), checkout.state())
+    if left:
+        lines = [f"kdakit: the tests left {len(left)} path(s) in the checkout {checkout.REPO}:"] + left[:20]
+        session.config.kdakit_checkout_lines = lines
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     from tests.infra import images
 
     if images.session_used_cache():

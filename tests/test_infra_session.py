@@ -1,5 +1,7 @@
-"""The test groups' Debian packages (.ci/apt-packages.txt, tests/infra/packages.py): every package in a group,
-every skip reason for a missing tool names a package of its group, and `make test`'s summary lines."""
+"""What a test session says and guards at its end: the test groups it skipped for want of Debian packages
+(.ci/apt-packages.txt, tests/infra/packages.py: every package in a group, every skip reason for a missing
+tool names a package of its group, the summary lines) and anything it left in the checkout
+(tests/infra/checkout.py)."""
 
 from __future__ import annotations
 
@@ -58,3 +60,20 @@ def test_make_test_packages_installs_the_list():
     dry = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True)
     assert "apt-get install" in dry.stdout and ".ci/apt-packages.txt" in dry.stdout
     assert "make test-packages" in (REPO / ".ci" / "run").read_text()
+
+
+def test_a_session_that_leaves_a_folder_in_the_checkout_is_told(tmp_path):
+    from tests.infra import checkout
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "kept.txt").write_text("")
+    before = checkout.state(tmp_path)
+    (tmp_path / ".venv" / "lib").mkdir(parents=True)  # a tool's cache: not the tests' output
+    (tmp_path / "results" / "kernels-x" / "vm").mkdir(parents=True)  # empty: git would not list it
+    (tmp_path / "out" / "images").mkdir(parents=True)
+    (tmp_path / "out" / "images" / "image-h200.id").write_text("sha256:0")
+    assert checkout.left_behind(before, checkout.state(tmp_path)) == [
+        "out", "out/images", "out/images/image-h200.id",
+        "results", "results/kernels-x", "results/kernels-x/vm",
+    ]  # fmt: skip
+    assert checkout.state(tmp_path / "not-a-checkout") is None
