@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,32 @@ def test_an_interrupted_bench_leaves_a_record_saying_so(rig, tmp_path):
     assert record["note"].startswith(
         "bench was interrupted (SIGINT on the controller) and its containers removed"
     )
+
+
+def test_staged_image_tarballs_stay_for_a_redeploy_until_their_keep_days_or_purge(tmp_path):
+    stage = tmp_path / "images"
+    stage.mkdir()
+    fresh, old = stage / "kdakit-h200.tar.zst", stage / "kdakit-h200-earlier.tar.zst"
+    fresh.write_bytes(b"new")
+    old.write_bytes(b"old")
+    month_ago = time.time() - 30 * 86400
+    os.utime(old, (month_ago, month_ago))
+    playbook = tmp_path / "staged.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False, "roles": ["common"],
+        "tasks": [{"ansible.builtin.include_role": {"name": "teardown", "tasks_from": "staged"}}],
+    }]))  # fmt: skip
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "playbooks" / "ansible.cfg"),
+               ANSIBLE_ROLES_PATH=str(REPO / "playbooks" / "roles"))  # fmt: skip
+
+    def teardown(*extra: str) -> None:
+        cmd = [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook),
+               "-e", f"kdakit_image_stage_dir={stage}", "-e", "kdakit_become=false",
+               "-e", f"ansible_python_interpreter={sys.executable}", *extra]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-2000:]
+
+    teardown()  # the default 14 days: the month-old copy goes, the fresh one stays for a re-deploy
+    assert sorted(p.name for p in stage.iterdir()) == ["kdakit-h200.tar.zst"]
+    teardown("-e", "kdakit_purge=true")  # make teardown PURGE=1
+    assert list(stage.iterdir()) == []
