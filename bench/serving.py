@@ -362,12 +362,13 @@ def run_serving(args: argparse.Namespace) -> int:
 
             if protocol.warmup:
                 step(progress, task, f"{where_text} warm-up")
-                argv = client_argv(
-                    protocol, point, **common, output_file=folder / "warmup.jsonl",
-                    num_prompts=point.concurrency, tag=f"kdakit:{stem}:{point.label}:warmup",
-                    model=args.model,
-                )  # fmt: skip
-                outcome = _run_client(cmd, argv, folder / "warmup.log", protocol, env)
+                with access.private_output(folder / "warmup.jsonl") as written:
+                    argv = client_argv(
+                        protocol, point, **common, output_file=written,
+                        num_prompts=point.concurrency, tag=f"kdakit:{stem}:{point.label}:warmup",
+                        model=args.model,
+                    )  # fmt: skip
+                    outcome = _run_client(cmd, argv, folder / "warmup.log", protocol, env)
                 error = limited(outcome, "warm-up")
                 if error is None and not outcome.ok:
                     http_errors = warmup_http_errors(folder)
@@ -379,13 +380,15 @@ def run_serving(args: argparse.Namespace) -> int:
                     break
                 step(progress, task, f"{where_text} run {j}/{runs}")
                 jsonl = folder / f"run{j}.jsonl"
-                argv = client_argv(
-                    protocol, point, **common, output_file=jsonl, num_prompts=point.num_prompts,
-                    tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
-                )  # fmt: skip
-                with recorder.window(f"{point.label} run {j}"), integrity.Window(base_url) as window:
-                    outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol, env)
-                access.scrub_tree(folder)  # the client's JSONL copies /server_info, keys included
+                # the client's JSONL copies /server_info, keys included: written privately, lands scrubbed
+                with access.private_output(jsonl) as written:
+                    argv = client_argv(
+                        protocol, point, **common, output_file=written, num_prompts=point.num_prompts,
+                        tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
+                    )  # fmt: skip
+                    with recorder.window(f"{point.label} run {j}"), integrity.Window(base_url) as window:
+                        outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol, env)
+                access.scrub_tree(folder)  # (its log, should the client ever print them)
                 error = limited(outcome, f"run {j}")
                 if error:
                     break  # (a hung server's counter would only keep the run waiting)

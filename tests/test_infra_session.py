@@ -65,14 +65,16 @@ def test_make_test_packages_installs_the_list():
 def test_a_session_that_leaves_a_folder_in_the_checkout_is_told(tmp_path):
     from tests.infra import checkout
 
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "kept.txt").write_text("")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("/out/\n")
+    (tmp_path / "kernels").mkdir()
     before = checkout.state(tmp_path)
+    (tmp_path / "kernels" / "new_source.py").write_text("")  # beside tracked sources: git status shows it
     (tmp_path / ".venv" / "lib").mkdir(parents=True)  # a tool's cache: not the tests' output
     (tmp_path / "results" / "kernels-x" / "vm").mkdir(parents=True)  # empty: git would not list it
     (tmp_path / "out" / "images").mkdir(parents=True)
     (tmp_path / "out" / "images" / "image-h200.id").write_text("sha256:0")
-    assert checkout.left_behind(before, checkout.state(tmp_path)) == [
+    assert checkout.left_behind(before, checkout.state(tmp_path), tmp_path) == [
         "out", "out/images", "out/images/image-h200.id",
         "results", "results/kernels-x", "results/kernels-x/vm",
     ]  # fmt: skip

@@ -100,7 +100,7 @@ class _FakeDocker(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/containers/srv/json"):
             body = json.dumps({"State": self.state}).encode()
         elif self.path.startswith("/containers/srv/logs"):
-            line = b"boot\nCUDA error: no device\n"
+            line = b"boot\nCUDA error: no device (api_key='sk-run-key-0123456789abcdef')\n"
             body = b"\x02\x00\x00\x00" + len(line).to_bytes(4, "big") + line
         else:
             self.send_response(404)
@@ -124,6 +124,8 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 def test_wait_ready_fails_fast_with_the_containers_last_log_line(tmp_path):
+    env_file = tmp_path / "server.env"
+    env_file.write_text("OPENAI_API_KEY=sk-run-key-0123456789abcdef\n")
     sock = tmp_path / "docker.sock"
     server = _UnixServer(str(sock), _FakeDocker)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -140,6 +142,8 @@ def test_wait_ready_fails_fast_with_the_containers_last_log_line(tmp_path):
                 "srv",
                 "--timeout",
                 "30",
+                "--env-file",
+                str(env_file),
             ],
             capture_output=True,
             text=True,
@@ -154,7 +158,7 @@ def test_wait_ready_fails_fast_with_the_containers_last_log_line(tmp_path):
         .splitlines()[-1]
         .startswith(
             "container srv exited with code 3 after 0 s before http://127.0.0.1:9/health answered; "
-            "last log line: CUDA error: no device. Fix: read diag/srv.log"
+            "last log line: CUDA error: no device (api_key='<redacted>'). Fix: read diag/srv.log"
         )
     )
 

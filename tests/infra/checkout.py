@@ -5,6 +5,7 @@ results/ and out/ folders under a temporary or cache folder."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +30,18 @@ def state(repo: Path = REPO) -> set[str] | None:
     return out
 
 
-def left_behind(before: set[str] | None, after: set[str] | None) -> list[str]:
+def left_behind(before: set[str] | None, after: set[str] | None, repo: Path = REPO) -> list[str]:
+    """The new paths that git ignores (results/, out/: git status would not show them) or that sit in a new
+    top-level folder; a new file beside tracked sources is git status's to show (and may be a developer's
+    edit during the session)."""
     if before is None or after is None:
         return []
-    return sorted(after - before)
+    new = sorted(after - before)
+    if not new:
+        return []
+    proc = subprocess.run(
+        ["git", "check-ignore", "--stdin"], cwd=repo, input="\n".join(new), capture_output=True, text=True
+    )
+    ignored = set(proc.stdout.splitlines())
+    tops = {entry.split("/")[0] for entry in before}
+    return [p for p in new if p in ignored or p.split("/")[0] not in tops or p.split("/")[0] in ignored]
