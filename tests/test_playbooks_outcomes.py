@@ -241,3 +241,23 @@ def test_staged_image_tarballs_stay_for_a_redeploy_until_their_keep_days_or_purg
     assert sorted(p.name for p in stage.iterdir()) == ["kdakit-h200.tar.zst"]
     teardown("-e", "kdakit_purge=true")  # make teardown PURGE=1
     assert list(stage.iterdir()) == []
+
+
+def test_a_read_only_results_folder_stops_collect_with_one_line_per_host(rig, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    results = tmp_path / "results"
+    results.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(results)], check=True)
+    try:
+        collect = play(
+            rig, "collect", "ro", "helion", "-e", f"kdakit_results_dir={results}", "--limit", "local1"
+        )
+    finally:
+        subprocess.run(["umount", "-l", str(results)], check=False)
+    assert lines(collect)["local1"] == (
+        f"local1: collect failed (collect: cannot write {results}/ro/local1/helion: Read-only file system;"
+        f" the host's copies stay in local1:{rig}/host-results/ro/helion. Fix: make the results folder"
+        " writable (or pass RESULTS=<another folder>) and run make collect again)"
+    )
+    assert "Unable to create local directories" not in collect.stdout  # no fetch tried, no error per file
