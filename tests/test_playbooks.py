@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import shutil
 import socketserver
 import subprocess
@@ -366,3 +367,20 @@ def test_a_host_whose_record_could_not_be_written_names_its_own_file_only():
         assert fails is (expected_msg is not None), (host, outcome)
         if expected_msg:
             assert _render(fail["ansible.builtin.fail"]["msg"], variables) == expected_msg
+
+
+def test_every_diagnostic_of_a_container_is_scrubbed_as_it_is_written():
+    """The server's log and settings hold the run's keys (SGLang logs them at start): the collect role writes
+    each through the scrub filter, never to a file that a later pass cleans (a key on disk meanwhile)."""
+    import yaml
+
+    tasks = yaml.safe_load((PLAYBOOKS / "roles" / "collect" / "tasks" / "main.yml").read_text())
+    (gather,) = [t for t in tasks if "docker inspect" in t["name"]]
+    script = gather["ansible.builtin.shell"]["cmd"].replace("\\\n", " ")
+    writes = [line for line in script.splitlines() if re.search(r"\b(logs|container inspect)\b", line)]
+    assert len(writes) == 2, writes
+    for line in writes:
+        assert re.search(
+            r"\| \{\{ kdakit_collect_scrub \}\} > \{\{ c \| quote \}\}\.(log|inspect\.json)", line
+        ), line
+    assert "umask 077" in script
