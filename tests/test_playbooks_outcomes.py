@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -45,6 +46,12 @@ def rig(tmp_path_factory):
     return work
 
 
+def needs_ssh() -> None:
+    """gone1's line is ssh's own refusal: without an ssh client Ansible only loses the connection."""
+    if shutil.which("ssh") is None:
+        pytest.skip("ssh missing: install openssh-client (.ci/apt-packages.txt)")
+
+
 def play(rig, step: str, run_id: str = "r1", arm: str = "helion", *extra: str) -> subprocess.CompletedProcess:
     playbook = REPO / "playbooks" / f"{step}.yml"
     cmd = [str(BIN / "ansible-playbook"), "-i", str(rig / "inventory.yml"), str(playbook),
@@ -69,6 +76,7 @@ def record(rig, host: str, run_id: str = "r1", arm: str = "helion") -> dict:
 
 
 def test_outcomes_are_true_and_never_upgraded(rig):
+    needs_ssh()
     deploy = play(rig, "deploy")
     assert deploy.returncode != 0
     got = lines(deploy)
@@ -190,6 +198,7 @@ def test_the_key_scan_names_a_file_a_key_was_written_to(tmp_path):
 
 
 def test_a_teardown_that_cannot_reach_a_host_says_what_stays_there(rig):
+    needs_ssh()
     down = play(rig, "teardown", "gone")
     assert down.returncode != 0
     line = lines(down)["gone1"]
