@@ -27,14 +27,16 @@ PYTEST_ARGS ?=
 # waits on dockerd, sshd and clients, so two cores already gain).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
-.PHONY: help setup test test-gpu lint pins pins-check plan sglang-args reproduce clean
+.PHONY: help setup test test-packages test-gpu lint pins pins-check plan sglang-args reproduce clean
 REBUILD ?=
 # ansible: the playbooks over SSH; slurm: Slurm jobs (slurm/slurm.mk, slurm/README.md).
 SCHEDULER ?= ansible
 
+# The variables a help text may name as $(NAME): shown with their values.
+HELP_VARS := SKU
 help: ## List every target with its variables
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.%-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' \
-		$(MAKEFILE_LIST) | sort -u
+		$(MAKEFILE_LIST) | sed $(foreach v,$(HELP_VARS),-e 's|\$$($(v))|$($(v))|g') | sort -u
 
 setup: $(VENV)/.setup-done ## Create .venv with kdakit, the controller tools and test deps at pinned versions. Vars: PYTHON=python3 EXTRAS=...
 
@@ -55,6 +57,14 @@ $(VENV)/.setup-done: pyproject.toml pins.toml Makefile
 
 test: setup ## Run the CPU test suite (everything not marked gpu), a test file per worker at a time. Vars: TEST_WORKERS=<CPUs, at most 4> (1: serial) PYTEST_ARGS=
 	$(PY) -m pytest -m "not gpu" $(if $(filter 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope) $(PYTEST_ARGS)
+
+# The Debian packages of the Docker, SSH-host, Slurm and browser tests: without them `make test` skips those
+# groups and its summary says which (tests/infra/packages.py).
+test-packages: ## Install the Debian packages the Docker, SSH-host, Slurm and browser tests need (.ci/apt-packages.txt; root, Debian)
+	@[ "$$(id -u)" = 0 ] || { echo "test-packages: apt-get needs root: sudo make test-packages" >&2; exit 1; }
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+		$$(grep -v '^\s*#' .ci/apt-packages.txt | tr '\n' ' ') >/dev/null
 
 test-gpu: setup ## Run the GPU tests (needs an NVIDIA GPU). Vars: PYTEST_ARGS=
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)
@@ -80,13 +90,14 @@ sglang-args: setup ## Regenerate the snapshot of SGLang's server arguments from 
 reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball's source hash is not this tree's), ab-$(SKU), roll-up, report. Vars: SKU=<kdakit skus> INVENTORY=(localhost) REBUILD=0 (refuse instead of rebuilding) SCHEDULER=slurm (as Slurm jobs: slurm/README.md)
 	@want=$$($(PYTHON) images/build_steps.py source-hash . $(SKU) $(BASE_IMAGE)); \
 	have=$$(cat $(FILE).source 2>/dev/null || echo none); build=; \
-	if [ ! -f $(FILE) ]; then build="image: no $(FILE) yet: building it"; \
+	full="the next step is a full image build (make image image-save SKU=$(SKU): pulls $(BASE_IMAGE) from its registry, builds kdakit on it, saves $(FILE))"; \
+	if [ ! -f $(FILE) ]; then build="image: no $(FILE) yet: $$full; Ctrl-C now to stop, or pass FILE=<a saved tarball>"; \
 	elif [ "$$have" != "$$want" ]; then \
 	  if [ "$(REBUILD)" = 0 ]; then \
 	    echo "image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}; refusing (REBUILD=0): make image image-save SKU=$(SKU), or drop REBUILD=0" >&2; exit 1; \
-	  fi; build="image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}: rebuilding"; \
+	  fi; build="image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}: $$full; Ctrl-C now to stop, or REBUILD=0 to refuse"; \
 	fi; \
-	$(if $(filter slurm,$(SCHEDULER)),$(call kdakit_slurm,preflight) --sku $(SKU) --run-id preflight, \
+	$(if $(filter slurm,$(SCHEDULER)),$(kdakit_slurm_site_note) $(call kdakit_slurm,preflight) --sku $(SKU) --run-id preflight, \
 	  $(call kdakit_preflight,$(SKU),--gate --arms $(words $(ARMS)) $(kdakit_arm_args) $$([ -n "$$build" ] && echo --build))); \
 	if [ -n "$$build" ]; then echo "$$build"; $(MAKE) --no-print-directory image image-save SKU=$(SKU); fi
 	$(MAKE) --no-print-directory ab-$(SKU) SKU=$(SKU) PREFLIGHT_DONE=1

@@ -293,6 +293,17 @@ def _tokenizer(args: argparse.Namespace, info: dict | None) -> str:
     raise UsageError("no tokenizer: pass --tokenizer (the model folder, or any local tokenizer folder)")
 
 
+def first_failure(protocol: Protocol, points: list[dict], failed: list[int]) -> str:
+    """'; point 2/3 (64/8, C4): run 2: <cause>' for the closing line (the one a rollout's summary shows)."""
+    if not failed:
+        return ""
+    i = failed[0]
+    point, error = protocol.points[i - 1], points[i - 1].get("error") or points[i - 1]["status"]
+    where = f"point {i}/{len(points)} ({point.input_len}/{point.output_len}, C{point.concurrency})"
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    return f"; {where}: {' '.join(str(error).split())}{more}"
+
+
 def run_serving(args: argparse.Namespace) -> int:
     protocols_file = Path(args.protocols) if args.protocols else PROTOCOLS_FILE
     protocol = pick_protocol(load_protocols(protocols_file), args.protocol)
@@ -342,7 +353,8 @@ def run_serving(args: argparse.Namespace) -> int:
     recorder = telemetry.Recorder(raw / "telemetry.csv").start()
     hung: str | None = None
     unchecked = False  # a measured run whose server counter could not be read
-    with Progress(*columns, console=console, transient=False) as progress:
+    # (logs, docker, ansible: no bar, whose last frame would run into the next line; step() prints instead)
+    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
         task = progress.add_task("serving benchmark", total=n * runs)
         for i, point in enumerate(protocol.points, 1):
             folder = raw / point.label
@@ -368,12 +380,13 @@ def run_serving(args: argparse.Namespace) -> int:
 
             if protocol.warmup:
                 step(progress, task, f"{where_text} warm-up")
-                argv = client_argv(
-                    protocol, point, **common, output_file=folder / "warmup.jsonl",
-                    num_prompts=point.concurrency, tag=f"kdakit:{stem}:{point.label}:warmup",
-                    model=args.model,
-                )  # fmt: skip
-                outcome = _run_client(cmd, argv, folder / "warmup.log", protocol, env)
+                with access.private_output(folder / "warmup.jsonl") as written:
+                    argv = client_argv(
+                        protocol, point, **common, output_file=written,
+                        num_prompts=point.concurrency, tag=f"kdakit:{stem}:{point.label}:warmup",
+                        model=args.model,
+                    )  # fmt: skip
+                    outcome = _run_client(cmd, argv, folder / "warmup.log", protocol, env)
                 error = limited(outcome, "warm-up")
                 if error is None and not outcome.ok:
                     http_errors = warmup_http_errors(folder)
@@ -385,13 +398,15 @@ def run_serving(args: argparse.Namespace) -> int:
                     break
                 step(progress, task, f"{where_text} run {j}/{runs}")
                 jsonl = folder / f"run{j}.jsonl"
-                argv = client_argv(
-                    protocol, point, **common, output_file=jsonl, num_prompts=point.num_prompts,
-                    tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
-                )  # fmt: skip
-                with session.measured(recorder, f"{point.label} run {j}") as window:
-                    outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol, env)
-                session.scrub(folder)  # the client's JSONL copies /server_info, keys included
+                # the client's JSONL copies /server_info, keys included: written privately, lands scrubbed
+                with access.private_output(jsonl) as written:
+                    argv = client_argv(
+                        protocol, point, **common, output_file=written, num_prompts=point.num_prompts,
+                        tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
+                    )  # fmt: skip
+                    with session.measured(recorder, f"{point.label} run {j}") as window:
+                        outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol, env)
+                session.scrub(folder)  # (its log, should the client ever print them)
                 error = limited(outcome, f"run {j}")
                 if error:
                     break  # (a hung server's counter would only keep the run waiting)
@@ -486,8 +501,8 @@ def run_serving(args: argparse.Namespace) -> int:
     }
     artifacts = [stem] + ([f"{stem}/{tel['file']}"] if tel.get("file") else [])
     path = session.write(stem, protocol.name, metrics, notes, artifacts)
-    failed = [p for p in points if p["status"] != "ok"]
-    print(f"[bench] {n - len(failed)}/{n} points ok -> {path}")
+    failed = [i for i, p in enumerate(points, 1) if p["status"] != "ok"]
+    print(f"[bench] {n - len(failed)}/{n} points ok{first_failure(protocol, points, failed)} -> {path}")
     return 1 if failed else 0
 
 

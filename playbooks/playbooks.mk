@@ -9,6 +9,8 @@ INVENTORY ?= playbooks/inventories/localhost.yml
 RUN_ID ?=
 DRY_RUN ?=
 PREFLIGHT_DONE ?=
+# PURGE=1: teardown also removes the image tarballs the kit staged on the hosts.
+PURGE ?=
 # The arms an A/B runs, in order (arms.toml's `ab`).
 ARMS ?= $(shell $(PYTHON) -m kdakit.facts.profiles ab)
 # The serving protocol of bench and ab-* (bench/protocols.toml), e.g. rigorous (interleaved visits); unset:
@@ -45,7 +47,7 @@ kdakit_latest = $(PY) -m kdakit.records.controller_files latest --results $(RESU
 # build or no host is ready; deploy then records the hosts that are not ready as failed.
 kdakit_preflight = ANSIBLE_CONFIG=playbooks/ansible.cfg $(PY) kdakit/checks/preflight.py cluster --sku $(1) \
 	--inventory $(INVENTORY) --playbook playbooks/preflight.yml --ansible-playbook $(ANSIBLE_PLAYBOOK) \
-	--ansible-inventory $(dir $(ANSIBLE_PLAYBOOK))ansible-inventory --docker $(DOCKER) --extra "$(EXTRA)" \
+	--ansible-inventory $(dir $(ANSIBLE_PLAYBOOK))ansible-inventory --docker $(DOCKER) --extra="$(EXTRA)" \
 	--results $(RESULTS) $(2)
 # A/B on the same hosts under one run id: every step for the triton arm, then for the helion arm; with
 # BENCH_PROTOCOL=rigorous, its `repeats` visits per arm interleaved (triton, helion, triton, ...; GSM8K on the
@@ -95,8 +97,9 @@ bench: setup ## Serving benchmark (kdakit bench serving) on every deployed host.
 collect: setup ## Fetch results, server logs, nvidia-smi -q, dmesg Xid to results/<run-id>/<host>/. Vars: INVENTORY= ARM=helion RUN_ID=<last>
 	$(call kdakit_playbook,collect,$(HOSTS),$(LAST_RUN_ID),$(ARM))
 
-teardown: setup ## Remove the kit's containers (idempotent). Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=<every SKU group>
-	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM))
+teardown: setup ## Remove the kit's containers and key file (idempotent); staged image tarballs stay for a re-deploy. Vars: INVENTORY= ARM=helion RUN_ID=<last> HOSTS=<every SKU group> PURGE=1 (the staged tarballs too)
+	$(call kdakit_playbook,teardown,$(HOSTS),$(or $(RUN_ID),$(shell cat $(RESULTS)/LATEST 2>/dev/null),none),$(ARM)) \
+	  $(if $(PURGE),-e kdakit_purge=true)
 
 ab-%: setup ## Preflight, then A/B on the hosts of SKU % (ab-h200, ...): the ARMS in turn (BENCH_PROTOCOL=rigorous: interleaved visits; decisive: visits until the answer is known; ARMS="triton cutedsl": the CuTe-verify PR's protocols), one run id, roll-up table, kdakit report. Vars: INVENTORY= RUN_ID=<new> ARMS=<arms.toml ab> BENCH_PROTOCOL= GSM8K_PROTOCOL=
 	@$(call kdakit_known_sku,$*)$(if $(PREFLIGHT_DONE),,$(call kdakit_preflight,$*,--gate --arms $(words $(ARMS)) $(kdakit_arm_args)))

@@ -57,7 +57,7 @@ def test_reproduce_stops_at_preflight_before_any_build(tmp_path):
                          "EXTRA=-e kdakit_nvidia_smi=/nonexistent")  # fmt: skip
     assert proc.returncode != 0 and seconds < 30
     assert "preflight: stopping before any image build, pull or load" in proc.stdout
-    assert "docker" not in proc.stderr.lower() and "building it" not in proc.stdout
+    assert "docker" not in proc.stderr.lower() and "full image build" not in proc.stdout
 
 
 def test_reproduce_refuses_a_tarball_of_another_source(tmp_path):
@@ -211,3 +211,41 @@ def test_ab_with_a_sequential_protocol_visits_until_the_stopping_rule_says_stop(
         '== h200 after visit 3: {"stop": true, "visits": 3, "reason": "budget of 3 visits spent: '
         in proc.stdout
     )
+
+
+@pytest.mark.parametrize("limit", ["--limit h1", "-l h1", "--limit=h1"])
+def test_the_space_check_counts_the_hosts_the_limit_selects(tmp_path, limit):
+    inventory = tmp_path / "two.yml"
+    inventory.write_text(
+        "h200:\n  hosts:\n    h1: {ansible_connection: local}\n    h2: {ansible_connection: local}\n"
+    )
+    env_var = "KDAKIT_RESULTS_MB_PER_HOST_ARM=100000000"
+    proc, _ = make("deploy-h200", f"INVENTORY={inventory}", f"RESULTS={tmp_path / 'results'}", "RUN_ID=r",
+                   env_var, f"EXTRA={limit}")  # fmt: skip
+    (refusal,) = [x for x in proc.stdout.splitlines() if x.startswith("controller: ")]
+    assert "(1 host(s) x 1 arm(s))" in refusal, refusal
+    whole, _ = make("deploy-h200", f"INVENTORY={inventory}", f"RESULTS={tmp_path / 'results'}", "RUN_ID=r",
+                    env_var)  # fmt: skip
+    assert "(2 host(s) x 1 arm(s))" in whole.stdout, whole.stdout
+
+
+def test_reproduce_says_when_the_next_step_is_a_full_image_build(tmp_path):
+    # a preflight that passes (PY=/bin/true) and a builder that fails at once (DOCKER=/bin/false)
+    tarball = tmp_path / "kdakit-h200.tar.zst"
+    proc, _ = make("reproduce", f"FILE={tarball}", "PY=/bin/true", "DOCKER=/bin/false")
+    assert proc.returncode != 0
+    first = proc.stdout.splitlines()[0]
+    full = "the next step is a full image build (make image image-save SKU=h200: pulls "
+    assert first.startswith(f"image: no {tarball} yet: {full}"), first
+    assert first.endswith("Ctrl-C now to stop, or pass FILE=<a saved tarball>")
+
+
+def test_slurm_preflight_without_a_site_says_which_file_to_create(tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text("")
+    for settings, note in (("SLURM_SETTINGS=", True), (f"SLURM_SETTINGS={site}", False)):
+        # KDAKIT=/bin/true: the Slurm side (kdakit slurm preflight) is tests/test_slurm.py's
+        proc, _ = make("slurm-preflight", "KDAKIT=/bin/true", settings, f"RESULTS={tmp_path / 'results'}")
+        assert proc.returncode == 0, proc.stderr
+        said = "create slurm/site.toml from slurm/site.example.toml (or pass SLURM_SETTINGS=<file>)"
+        assert (said in proc.stderr) is note, proc.stderr

@@ -153,7 +153,12 @@ def check_docker(info: dict | None, require_nvidia_runtime: bool) -> list[Verdic
         info = None
     if info is None:
         out = [
-            Verdict("docker", False, "cannot reach the Docker engine", "start dockerd and check DOCKER_HOST")
+            Verdict(
+                "docker",
+                False,
+                "cannot reach the Docker engine",
+                "start dockerd (systemctl start docker); another engine: set kdakit_docker_host",
+            )  # fmt: skip
         ]
         if require_nvidia_runtime:
             out.append(
@@ -182,14 +187,16 @@ def check_docker(info: dict | None, require_nvidia_runtime: bool) -> list[Verdic
 def check_disk(path: str, free_bytes: int | None, min_free_gb: float) -> Verdict:
     if free_bytes is None:
         return Verdict(
-            "disk", False, f"{path} does not exist", f"create {path} or point the kit at another disk"
-        )
+            "disk", False, f"{path} does not exist",
+            f"create {path}, or set kdakit_image_disk_path to the Docker data root (docker info: Root Dir)",
+        )  # fmt: skip
     free_gb = free_bytes / 1e9
     return Verdict(
         "disk",
         free_gb >= min_free_gb,
         f"{free_gb:.1f} GB free at {path}, need {min_free_gb:g} GB",
-        f"free space under {path} (docker system prune) or set the Docker data root on a larger disk",
+        f"free space under {path} (docker system prune), or move the Docker data root to a larger disk"
+        " and set kdakit_image_disk_path to it (kdakit_min_free_gb: the space asked for)",
     )
 
 
@@ -217,7 +224,8 @@ def check_dataset(dataset: str, path: str, exists: bool) -> Verdict:
         "bench-data",
         exists,
         f"ShareGPT data {'at' if exists else 'missing at'} {path}",
-        f"copy ShareGPT_V3_unfiltered_cleaned_split.json to {path}, or set kdakit_bench_dataset: random",
+        f"copy ShareGPT_V3_unfiltered_cleaned_split.json to {path} (elsewhere: set kdakit_sharegpt_path),"
+        " or set kdakit_bench_dataset: random",
     )
 
 
@@ -255,7 +263,7 @@ def gather_and_check(args: argparse.Namespace) -> list[Verdict]:
                 "gpus",
                 False,
                 f"{args.nvidia_smi} failed or is missing",
-                "install the NVIDIA driver so that nvidia-smi works",
+                "install the NVIDIA driver so that nvidia-smi works (elsewhere: set kdakit_nvidia_smi)",
             )
         )
     else:
@@ -376,6 +384,18 @@ def controller_checks(docker: str, build: bool) -> list[Verdict]:
     return verdicts
 
 
+def limit_args(extra: str) -> list[str]:
+    """The --limit/-l patterns among ansible-playbook's extra arguments, for ansible-inventory: the hosts the
+    run will touch (and so the space it needs) are the limited ones."""
+    words, out = shlex.split(extra), []
+    for i, word in enumerate(words):
+        if word in ("--limit", "-l") and i + 1 < len(words):
+            out += ["--limit", words[i + 1]]
+        elif word.startswith("--limit="):
+            out += ["--limit", word.split("=", 1)[1]]
+    return out
+
+
 def hosts_of(inventory: dict, group: str) -> list[str]:
     """Hosts of a group (and its children) in `ansible-inventory --list` output."""
     seen, todo, hosts = set(), [group], []
@@ -449,7 +469,7 @@ def cluster_main(argv: list[str] | None = None) -> int:
             return 2
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1")
     inv = subprocess.run(
-        [args.ansible_inventory, "-i", args.inventory, "--list"],
+        [args.ansible_inventory, "-i", args.inventory, "--list", *limit_args(args.extra)],
         capture_output=True,
         text=True,
         env=env,

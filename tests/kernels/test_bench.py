@@ -244,11 +244,11 @@ def test_cli_rejects_bad_input_in_one_line(argv, message, capsys):
     assert message in err and len(err.splitlines()) == 1
 
 
-def test_cli_bench_without_gpu_says_so(capsys, monkeypatch):
+def test_cli_bench_without_gpu_says_so(capsys, monkeypatch, tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    assert main(["kernels", "bench", "--phases", "decode"]) == 2
+    assert main(["kernels", "bench", "--phases", "decode", "--results-dir", str(tmp_path)]) == 2
     assert "needs an NVIDIA GPU" in capsys.readouterr().err
 
 
