@@ -478,3 +478,47 @@ def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
     assert "rm -f kdakit-sglang-5" in calls, calls
     assert status.read_text().splitlines()[-1] == "server\tstopped\t"
     assert "server log" in (visit.run_dir / "n1" / "helion" / "diag" / "kdakit-sglang.log").read_text()
+
+
+def test_the_node_trap_writes_the_servers_diagnostics_without_the_run_keys(tmp_path):
+    """The exit trap's server log and inspect output (SGLang's start-up log and the container's env hold the
+    run's keys) are scrubbed on the way to their files: the keys never reach them, the files are 0640 in a
+    0700 diag folder."""
+    import os
+    import signal
+    import time
+
+    api, admin = "sk-run-key-0123456789", "adm-run-key-9876543210"
+    docker = tmp_path / "docker"
+    docker.write_text(
+        FAKE_DOCKER.replace('echo "server log"', f'echo "server log --api-key {api}"').replace(
+            "exit 0",
+            f'[ "$1 $2" = "container inspect" ] && echo \'{{"Env": ["KDAKIT_ADMIN_API_KEY={admin}"]}}\''
+            "\nexit 0",
+        )
+    )
+    docker.chmod(0o755)
+    s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "server_command=--port,30000"])
+    visit = _visit(tmp_path, steps=("deploy", "hold"))
+    visit.script_path.parent.mkdir(parents=True)
+    visit.script_path.write_text(script.render(s, visit))
+    visit.wait_ready.write_text("print('ready')\n")
+    visit.env_file.parent.mkdir(parents=True, exist_ok=True)
+    visit.env_file.write_text(f"OPENAI_API_KEY={api}\nKDAKIT_ADMIN_API_KEY={admin}\n")
+    env = {**os.environ, "SLURM_JOB_ID": "6", "SLURMD_NODENAME": "n1"}
+    proc = subprocess.Popen(["bash", str(visit.script_path), "node", "deploy", "hold"], env=env)
+    status = visit.run_dir / "slurm" / "steps" / "6" / "n1.tsv"
+    deadline = time.monotonic() + 20
+    while "hold\tstarted" not in (status.read_text() if status.exists() else ""):
+        assert time.monotonic() < deadline and proc.poll() is None, "the node part never reached hold"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 143
+    diag = visit.run_dir / "n1" / "helion" / "diag"
+    assert diag.stat().st_mode & 0o777 == 0o700
+    log, inspect = diag / "kdakit-sglang.log", diag / "kdakit-sglang.inspect.json"
+    assert "server log --api-key <redacted>" in log.read_text()
+    assert "KDAKIT_ADMIN_API_KEY=<redacted>" in inspect.read_text()
+    for path in diag.iterdir():
+        assert api not in path.read_text() and admin not in path.read_text(), path
+    assert log.stat().st_mode & 0o777 == 0o640 and inspect.stat().st_mode & 0o777 == 0o640

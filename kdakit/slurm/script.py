@@ -277,6 +277,22 @@ STARTED_SERVER=
 CURRENT=
 STEP_PID=
 mkdir -p "$OUT/diag" "${STATUS%/*}"
+chmod 0700 "$OUT/diag"
+# The run's keys (the 0600 env file) out of a diagnostic before it reaches a file: SGLang's start-up log and
+# the container's inspect output hold them.
+scrub_keys() {
+  python3 -c 'import sys
+keys = ("OPENAI_API_KEY", "KDAKIT_ADMIN_API_KEY")
+try:
+    pairs = [line.partition("=") for line in open(sys.argv[1])]
+except OSError:  # no env file: no keys were handed out
+    pairs = []
+values = [v.strip() for k, _, v in pairs if k in keys and v.strip()]
+text = sys.stdin.read()
+for value in values:
+    text = text.replace(value, "<redacted>")
+sys.stdout.write(text)' "$ENV_FILE"
+}
 status() { printf '%s\t%s\t%s\n' "$1" "$2" "${3:-}" >> "$STATUS"; }
 NVIDIA_SMI=${NVIDIA_SMI//\{node\}/$NODE}
 export KDAKIT_RUN_ID=$RUN_ID KDAKIT_HOST=$NODE KDAKIT_SKU=$SKU KDAKIT_ARM=$ARM
@@ -348,8 +364,9 @@ step_bench() {
 
 stop_containers() {
   if [ -n "$STARTED_SERVER" ] && "$DOCKER" container inspect "$SERVER" >/dev/null 2>&1; then
-    "$DOCKER" logs --timestamps "$SERVER" > "$OUT/diag/kdakit-sglang.log" 2>&1
-    "$DOCKER" container inspect "$SERVER" > "$OUT/diag/kdakit-sglang.inspect.json" 2>/dev/null
+    (umask 027; "$DOCKER" logs --timestamps "$SERVER" 2>&1 | scrub_keys > "$OUT/diag/kdakit-sglang.log")
+    (umask 027; "$DOCKER" container inspect "$SERVER" 2>/dev/null | scrub_keys \
+      > "$OUT/diag/kdakit-sglang.inspect.json")
     "$DOCKER" rm -f "$SERVER" >/dev/null 2>&1
   fi
   "$DOCKER" rm -f "$GSM8K" "$BENCH" >/dev/null 2>&1
@@ -389,6 +406,12 @@ stop_containers() {
     local pid; pid=$(cat "$SERVER_PID_FILE")
     kill -TERM "$pid" 2>/dev/null; sleep 2; kill -KILL "$pid" 2>/dev/null
     rm -f "$SERVER_PID_FILE"
+  fi
+  # the server wrote its own log (keys included) inside the 0700 diag folder: scrubbed before the job ends
+  if [ -f "$OUT/diag/kdakit-sglang.log" ]; then
+    scrub_keys < "$OUT/diag/kdakit-sglang.log" > "$OUT/diag/kdakit-sglang.log.tmp" \
+      && chmod 0640 "$OUT/diag/kdakit-sglang.log.tmp" \
+      && mv -f "$OUT/diag/kdakit-sglang.log.tmp" "$OUT/diag/kdakit-sglang.log"
   fi
 }
 """
