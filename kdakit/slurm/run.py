@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -242,7 +243,8 @@ def run_visit(ctx: Context, visit: Visit, validate_first: bool = False) -> tuple
 
 def ab(ctx: Context, arms: list[str], bench_protocol: str) -> bool:
     """Every arm visit as its own job: triton, helion (interleaved `repeats` times for a rigorous protocol,
-    later visits on the first allocation's nodes through --nodelist); GSM8K on the first visit only."""
+    until the stopping rule says stop for a sequential one; later visits on the first allocation's nodes
+    through --nodelist); GSM8K on the first visit only."""
     protocol = bench_protocol_table(ctx.settings).get(bench_protocol)
     if protocol is None:
         from kdakit.facts.errors import UsageError
@@ -250,6 +252,7 @@ def ab(ctx: Context, arms: list[str], bench_protocol: str) -> bool:
         raise UsageError(f"unknown bench protocol {bench_protocol!r}")
     prepare(ctx)
     visits, nodelist, all_ok, validated = protocol.repeats, "", True, False
+    started = time.monotonic()
     for k in range(1, visits + 1):
         for arm in arms:
             steps = ("deploy", "eval-gsm8k", "bench") if k == 1 else ("deploy", "bench")
@@ -262,6 +265,13 @@ def ab(ctx: Context, arms: list[str], bench_protocol: str) -> bool:
             all_ok &= ok
             if visits > 1 and not nodelist and nodes:
                 nodelist = nodes  # the later visits run on these nodes
+        if protocol.sequential:  # visits until the stopping rule says stop (at most its max_visits)
+            from kdakit.records import sequential
+
+            decision = sequential.decide(ctx.run_dir, bench_protocol, elapsed_s=time.monotonic() - started)
+            ctx.say(f"== slurm after visit {k}: {decision.reason}")
+            if decision.stop:
+                break
     return all_ok
 
 
