@@ -470,28 +470,40 @@ exit 0
 """
 
 
-def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
-    """Slurm sends SIGTERM to a step more than once (slurmstepd, then srun): the second one lands during the
-    cleanup, which must still remove the server (the time-limit case on the real cluster)."""
+def _node_part_held(tmp_path, docker_text: str, job_id: str, env_lines: str | None = None):
+    """The node part of a deploy + hold visit under a stand-in docker, started and waited for until it
+    holds: (process, visit, status file)."""
     import os
-    import signal
     import time
 
     docker = tmp_path / "docker"
-    docker.write_text(FAKE_DOCKER)
+    docker.write_text(docker_text)
     docker.chmod(0o755)
     s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "server_command=--port,30000"])
     visit = _visit(tmp_path, steps=("deploy", "hold"))
     visit.script_path.parent.mkdir(parents=True)
     visit.script_path.write_text(script.render(s, visit))
     visit.wait_ready.write_text("print('ready')\n")  # stands in for the readiness wait
-    env = {**os.environ, "SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1"}
+    if env_lines is not None:
+        visit.env_file.parent.mkdir(parents=True, exist_ok=True)
+        visit.env_file.write_text(env_lines)
+    env = {**os.environ, "SLURM_JOB_ID": job_id, "SLURMD_NODENAME": "n1"}
     proc = subprocess.Popen(["bash", str(visit.script_path), "node", "deploy", "hold"], env=env)
-    status = visit.run_dir / "slurm" / "steps" / "5" / "n1.tsv"
+    status = visit.run_dir / "slurm" / "steps" / job_id / "n1.tsv"
     deadline = time.monotonic() + 20
     while "hold\tstarted" not in (status.read_text() if status.exists() else ""):
         assert time.monotonic() < deadline and proc.poll() is None, "the node part never reached hold"
         time.sleep(0.1)
+    return proc, visit, status
+
+
+def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
+    """Slurm sends SIGTERM to a step more than once (slurmstepd, then srun): the second one lands during the
+    cleanup, which must still remove the server (the time-limit case on the real cluster)."""
+    import signal
+    import time
+
+    proc, visit, status = _node_part_held(tmp_path, FAKE_DOCKER, "5")
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)  # the cleanup is fetching the server's log now
     proc.send_signal(signal.SIGTERM)
@@ -506,34 +518,15 @@ def test_the_node_trap_writes_the_servers_diagnostics_without_the_run_keys(tmp_p
     """The exit trap's server log and inspect output (SGLang's start-up log and the container's env hold the
     run's keys) are scrubbed on the way to their files: the keys never reach them, the files are 0640 in a
     0700 diag folder."""
-    import os
     import signal
-    import time
 
     api, admin = "sk-run-key-0123456789", "adm-run-key-9876543210"
-    docker = tmp_path / "docker"
-    docker.write_text(
-        FAKE_DOCKER.replace('echo "server log"', f'echo "server log --api-key {api}"').replace(
-            "exit 0",
-            f'[ "$1 $2" = "container inspect" ] && echo \'{{"Env": ["KDAKIT_ADMIN_API_KEY={admin}"]}}\''
-            "\nexit 0",
-        )
+    stand_in = FAKE_DOCKER.replace('echo "server log"', f'echo "server log --api-key {api}"').replace(
+        "exit 0",
+        f'[ "$1 $2" = "container inspect" ] && echo \'{{"Env": ["KDAKIT_ADMIN_API_KEY={admin}"]}}\'\nexit 0',
     )
-    docker.chmod(0o755)
-    s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "server_command=--port,30000"])
-    visit = _visit(tmp_path, steps=("deploy", "hold"))
-    visit.script_path.parent.mkdir(parents=True)
-    visit.script_path.write_text(script.render(s, visit))
-    visit.wait_ready.write_text("print('ready')\n")
-    visit.env_file.parent.mkdir(parents=True, exist_ok=True)
-    visit.env_file.write_text(f"OPENAI_API_KEY={api}\nKDAKIT_ADMIN_API_KEY={admin}\n")
-    env = {**os.environ, "SLURM_JOB_ID": "6", "SLURMD_NODENAME": "n1"}
-    proc = subprocess.Popen(["bash", str(visit.script_path), "node", "deploy", "hold"], env=env)
-    status = visit.run_dir / "slurm" / "steps" / "6" / "n1.tsv"
-    deadline = time.monotonic() + 20
-    while "hold\tstarted" not in (status.read_text() if status.exists() else ""):
-        assert time.monotonic() < deadline and proc.poll() is None, "the node part never reached hold"
-        time.sleep(0.1)
+    keys = f"OPENAI_API_KEY={api}\nKDAKIT_ADMIN_API_KEY={admin}\n"
+    proc, visit, _status = _node_part_held(tmp_path, stand_in, "6", env_lines=keys)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 143
     diag = visit.run_dir / "n1" / "helion" / "diag"
