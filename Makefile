@@ -75,7 +75,7 @@ plan: setup ## Print the exact sglang serve command and container env. Vars: SKU
 sglang-args: setup ## Regenerate the snapshot of SGLang's server arguments from the pinned wheel
 	$(KDAKIT) sglang-args --write
 
-reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball's source hash is not this tree's), ab-$(SKU), roll-up, report. Vars: SKU=<kdakit skus> INVENTORY=(localhost) REBUILD=0 (refuse instead of rebuilding) SCHEDULER=slurm (as Slurm jobs: slurm/README.md)
+reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball's source hash is not this tree's), the A/B (ab-<sku>), roll-up, report. Vars: SKU=<kdakit skus> INVENTORY=(localhost) REBUILD=0 (refuse instead of rebuilding) SCHEDULER=slurm (as Slurm jobs: slurm/README.md)
 	@want=$$($(PYTHON) images/build_steps.py source-hash . $(SKU) $(BASE_IMAGE)); \
 	have=$$(cat $(FILE).source 2>/dev/null || echo none); build=; \
 	if [ ! -f $(FILE) ]; then build="image: no $(FILE) yet: building it"; \
@@ -85,7 +85,7 @@ reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball
 	  fi; build="image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}: rebuilding"; \
 	fi; \
 	$(if $(filter slurm,$(SCHEDULER)),$(call kdakit_slurm,preflight) --sku $(SKU) --run-id preflight, \
-	  $(call kdakit_preflight,$(SKU),--gate --arms $(words $(ARMS)) $$([ -n "$$build" ] && echo --build))); \
+	  $(call kdakit_preflight,$(SKU),--gate --arms $(words $(or $(ARMS),a b)) $$([ -n "$$build" ] && echo --build))); \
 	if [ -n "$$build" ]; then echo "$$build"; $(MAKE) --no-print-directory image image-save SKU=$(SKU); fi
 	$(MAKE) --no-print-directory ab-$(SKU) SKU=$(SKU) PREFLIGHT_DONE=1
 

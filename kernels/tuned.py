@@ -144,13 +144,8 @@ class ConfigFileError(ValueError):
 
 
 def sku_of(gpu_name: str) -> str:
-    """The configs folder of a GPU: the SKU registry's for its GPU ('NVIDIA H200' -> 'h200', from
-    kdakit/facts/profiles/h200.toml); any other GPU gets a slug of its name (its configs still separate)."""
-    registered = profiles.sku_of_gpu(gpu_name)
-    if registered is not None:
-        return registered.configs
-    name = gpu_name.strip().lower()
-    return re.sub(r"[^a-z0-9]+", "-", name.removeprefix("nvidia ")).strip("-") or "unknown"
+    """The configs folder of a GPU, through the SKU registry's one mapping (kdakit.facts.profiles)."""
+    return profiles.configs_of(profiles.sku_of_gpus(gpu_name))
 
 
 def batch_bucket(batch: int, buckets: tuple[int, ...] = BATCH_BUCKETS) -> int:

@@ -19,10 +19,11 @@ import shutil
 import sys
 from pathlib import Path
 
+from kdakit.records import paths
+
 # What one host's arm leaves on the controller when no earlier run says otherwise: raw outputs, server log,
 # telemetry, diagnostics. An earlier, larger run under the same results folder raises it.
 EXPECTED_MB_PER_HOST_ARM = 200
-LATEST_FILE = "LATEST"
 
 
 class WriteFailed(OSError):
@@ -101,7 +102,7 @@ def write_json_atomic(path: Path | str, data: object) -> Path:
 
 
 def write_latest(results: Path | str, run_id: str) -> Path:
-    return write_atomic(Path(results) / LATEST_FILE, f"{run_id}\n")
+    return write_atomic(paths.latest_path(results), f"{run_id}\n")
 
 
 def _tree_size(path: Path) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import kdakit
 from kdakit.facts import pins
+from kdakit.records import paths
 from kdakit.records.controller_files import write_json_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -58,15 +59,6 @@ def gpus_and_driver() -> tuple[list[str], str | None]:
         if len(parts) > 1 and parts[1]:
             drivers.add(parts[1])
     return names, (sorted(drivers)[0] if drivers else None)
-
-
-def sku_from_gpus(gpus: list[str]) -> str:
-    """'NVIDIA H200' -> 'H200'; 'unknown' when there is no GPU or the models differ."""
-    skus = set()
-    for name in gpus:
-        match = re.search(r"\b([A-Z]{1,2}\d{2,3}[A-Z]?)\b", name.upper())
-        skus.add(match.group(1) if match else name)
-    return skus.pop() if len(skus) == 1 else "unknown"
 
 
 def server_command(run_dir: Path | str | None) -> dict | None:
@@ -121,7 +113,7 @@ def gather(run_dir: Path | str | None = None) -> dict:
 # the collect step's facts, every step's outcome and the run's first failure. Only this code writes it (the
 # playbooks call `python -m kdakit.records.provenance`), always atomically, and a later step never upgrades
 # a host.
-PROVENANCE_FILE = "provenance.json"
+PROVENANCE_FILE = paths.PROVENANCE_FILE
 OUTCOMES = ("ok", "failed", "unreachable", "skipped")
 # Steps that run whatever happened before (they gather evidence and clean up), and so never skip a host.
 ALWAYS_RUN_STEPS = ("collect", "teardown")
@@ -133,10 +125,6 @@ def _read_json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def host_dir(results: Path | str, run_id: str, host: str, arm: str) -> Path:
-    return Path(results) / run_id / host / arm
 
 
 def record_step(record: dict, step: str, outcome: str, cause: str = "") -> dict:
@@ -173,7 +161,7 @@ def record_outcomes(results: Path | str, run_id: str, arm: str, step: str, hosts
     lines."""
     lines = []
     for h in hosts:
-        path = host_dir(results, run_id, h["host"], arm) / PROVENANCE_FILE
+        path = paths.provenance_path(results, run_id, h["host"], arm)
         record = _read_json(path)
         record.update(
             {k: v for k, v in (("run_id", run_id), ("host", h["host"]), ("arm", arm)) if k not in record}
@@ -185,7 +173,7 @@ def record_outcomes(results: Path | str, run_id: str, arm: str, step: str, hosts
 
 def record_facts(results: Path | str, run_id: str, host: str, arm: str, facts: dict) -> Path:
     """Add the collect step's facts (image, image ID, git sha, ...) without touching outcomes."""
-    path = host_dir(results, run_id, host, arm) / PROVENANCE_FILE
+    path = paths.provenance_path(results, run_id, host, arm)
     record = _read_json(path)
     for key in ("outcome", "step", "cause", "steps"):
         facts.pop(key, None)

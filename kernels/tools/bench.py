@@ -36,6 +36,7 @@ from kdakit.kernels.tools.timing import (
     slot_sets,
 )
 
+from kdakit.facts import profiles
 from kdakit.facts.errors import UsageError
 
 RAW_NAME = "kernels-bench.json"
@@ -590,7 +591,7 @@ def write_record(result: dict, out_dir: Path, run_id: str) -> Path:
         "kernels",
         run_id=run_id,
         host=env.get("hostname") or socket.gethostname(),
-        sku=provenance.sku_from_gpus([env["gpu"]]) if env.get("gpu") else "unknown",
+        sku=profiles.canonical_sku(profiles.sku_of_gpus([env["gpu"]] if env.get("gpu") else [])),
         arm="both",
         protocol="kernels-bench",
         metrics={

@@ -1,0 +1,154 @@
+"""`kdakit run ...`: what the make targets call. `kdakit run ab` owns an A/B from its run id to its report;
+`kdakit run step` is one step of it (deploy-<sku>, eval-gsm8k, bench, collect, teardown); `kdakit run
+preflight` the hosts' table. SCHEDULER=slurm runs the A/B as one Slurm allocation (kdakit.slurm)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from kdakit.facts import profiles
+from kdakit.facts.errors import UsageError
+from kdakit.records import controller_files, paths
+from kdakit.records.paths import RunContext
+from kdakit.run import facts, loop
+from kdakit.run.ansible import PLAYBOOKS, Ansible
+
+STEPS = ("deploy", "eval-gsm8k", "bench", "collect", "teardown")
+
+
+def _ansible(args) -> Ansible:
+    return Ansible(
+        inventory=args.inventory, ansible_playbook=args.ansible_playbook, extra=shlex.split(args.extra),
+        dry_run=args.dry_run, bench_protocol=args.protocol or "", hosts=getattr(args, "hosts", "") or "",
+    )  # fmt: skip
+
+
+def preflight(args, sku: str, *flags: str) -> int:
+    """kdakit/checks/preflight.py's table of the SKU's hosts, with the controller's facts."""
+    from kdakit.checks import preflight as checks
+
+    values = facts.extra_vars(args.results, "preflight", "preflight")
+    facts_file = facts.write(values)
+    try:
+        ansible_inventory = str(Path(args.ansible_playbook).parent / "ansible-inventory")
+        argv = ["--sku", sku, "--inventory", args.inventory, "--playbook", str(PLAYBOOKS / "preflight.yml"),
+                "--ansible-playbook", args.ansible_playbook, "--ansible-inventory", ansible_inventory,
+                "--docker", args.docker, "--extra", f"-e @{facts_file} {args.extra}", "--results", args.results,
+                *flags]  # fmt: skip
+        return checks.cluster_main(argv)
+    finally:
+        facts_file.unlink(missing_ok=True)
+
+
+def _report(run_dir: Path) -> int:
+    return subprocess.run([sys.executable, "-m", "kdakit", "report", str(run_dir)], check=False).returncode
+
+
+def _latest(results: str, run_id: str) -> None:
+    try:
+        controller_files.write_latest(results, run_id)
+    except OSError as exc:  # WriteFailed: which file, how much is free and where
+        raise UsageError(str(exc)) from None
+
+
+def _slurm_backend(args, run: RunContext):
+    from kdakit.slurm import allocation, jobs
+    from kdakit.slurm import run as slurm_run
+    from kdakit.slurm import settings as slurm_settings
+
+    ctx = slurm_run.Context(
+        settings=slurm_settings.load(args.slurm_settings or None, args.slurm_set), slurm=jobs.Slurm(),
+        results=Path(args.results).resolve(), run_id=run.run_id, sku=run.sku, dry_run=args.dry_run,
+    )  # fmt: skip
+    return allocation.SlurmAllocation(ctx)
+
+
+def _ab(args) -> int:
+    sku = args.sku
+    profiles.sku(sku)
+    arms = args.arms.split() if args.arms else list(profiles.ab_arms())
+    unknown = [a for a in arms if a not in profiles.arms()]
+    if unknown:
+        raise UsageError(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(profiles.arms())}")
+    run_id = paths.resolve_run_id(args.results, args.run_id, new=True)
+    plan = loop.plan_of(args.protocol or "pr")
+    run = RunContext(Path(args.results).resolve(), run_id, sku=sku)
+    if args.scheduler == "slurm":
+        backend = _slurm_backend(args, run)
+    else:
+        if not args.preflight_done:
+            rc = preflight(args, sku, "--gate", "--arms", str(len(arms)))
+            if rc != 0:
+                return rc
+        backend = _ansible(args)
+    try:
+        return loop.run_ab(run, arms, plan, backend, dry_run=args.dry_run, report=_report)
+    except OSError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _step(args) -> int:
+    new = args.step == "deploy"
+    if args.step == "teardown" and not args.run_id and paths.read_latest(args.results) is None:
+        run_id = "none"  # nothing was ever deployed from here: teardown still removes the kit's containers
+    else:
+        run_id = paths.resolve_run_id(args.results, args.run_id, new=new)
+    sku = args.sku
+    if new:
+        profiles.sku(sku)
+        rc = preflight(args, sku, "--hosts-only")
+        if rc != 0:
+            return rc
+        if not args.dry_run:
+            _latest(args.results, run_id)
+    run = RunContext(Path(args.results).resolve(), run_id, sku=sku if new else "", arm=args.arm)
+    backend = _ansible(args)
+    if not new:
+        backend.hosts = args.hosts or ":".join(profiles.skus())
+    ok, _ = backend.step(run, args.step)
+    return 0 if ok else 1
+
+
+def _preflight(args) -> int:
+    profiles.sku(args.sku)
+    flags = (["--build"] if args.build else []) + (["--gate", "--arms", str(args.arms)] if args.gate else [])
+    return preflight(args, args.sku, *flags)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="a run on the cluster: the A/B, one step, the preflight (what make calls)")
+    actions = p.add_subparsers(dest="run_command", required=True, metavar="ACTION")
+
+    def common(name: str, fn, help_: str):
+        q = actions.add_parser(name, help=help_)
+        q.add_argument("--sku", default=profiles.default_sku(), help="a SKU of the registry (kdakit skus)")
+        q.add_argument("--results", default="results")
+        q.add_argument("--run-id", default="", help="default: new for deploy and ab, else results/LATEST")
+        q.add_argument("--inventory", default="playbooks/inventories/localhost.yml")
+        q.add_argument("--ansible-playbook", default=str(Path(sys.executable).parent / "ansible-playbook"))
+        q.add_argument("--docker", default="docker", help="the controller's docker client (preflight)")
+        q.add_argument("--extra", default="", help="more ansible-playbook arguments (make's EXTRA)")
+        q.add_argument("--protocol", default="", help="the serving protocol (bench/protocols.toml)")
+        q.add_argument(
+            "--dry-run", action="store_true", help="check mode with diff; Slurm: print the scripts"
+        )
+        q.set_defaults(func=fn)
+        return q
+
+    q = common("ab", _ab, "the A/B on the SKU's hosts: every visit of every arm, roll-up, report")
+    q.add_argument("--arms", default="", help="the arms in order (default: arms.toml's ab)")
+    q.add_argument("--scheduler", choices=("ansible", "slurm"), default="ansible")
+    q.add_argument("--preflight-done", action="store_true", help="skip the preflight gate (reproduce ran it)")
+    q.add_argument("--slurm-settings", default="", help="the site's Slurm settings (slurm/site.example.toml)")
+    q.add_argument("--slurm-set", action="append", default=[], metavar="KEY=VALUE")
+    q = common("step", _step, "one step on the hosts (deploy: the SKU's; the others: every deployed host)")
+    q.add_argument("step", choices=STEPS)
+    q.add_argument("--arm", default="helion")
+    q.add_argument("--hosts", default="", help="inventory groups or hosts, colon-separated (not for deploy)")
+    q = common("preflight", _preflight, "one table of every host's checks")
+    q.add_argument("--build", action="store_true", help="check the controller's image builder too")
+    q.add_argument("--gate", action="store_true", help="fail only when nothing could run")
+    q.add_argument("--arms", type=int, default=1, help="arm visits the run measures (disk check)")
