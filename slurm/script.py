@@ -169,12 +169,12 @@ def pyxis_mounts(settings: SlurmSettings, visit: Visit) -> list[str]:
 
 
 def node_argv(
-    settings: SlurmSettings, visit: Visit, arm: str, visit_no: int, steps, job_id: str = ""
-) -> list:
+    settings: SlurmSettings, visit: Visit, arm: str, visit_no: int, steps, job_id: str = "", nodes: int = 0
+) -> list[str]:
     """A job step on every node of the job (inside the image on pyxis): this script's node part."""
     argv = ["srun"]
     if job_id:  # from the controller, into the running job
-        argv += [f"--jobid={job_id}", "--overlap", f"--nodes={settings.nodes}"]
+        argv += [f"--jobid={job_id}", "--overlap", f"--nodes={nodes or settings.nodes}"]
     else:
         argv += ["--nodes=$SLURM_JOB_NUM_NODES"]
     argv += ["--ntasks-per-node=1", "--kill-on-bad-exit=0"]
