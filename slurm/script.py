@@ -553,7 +553,6 @@ on_exit() {
   [ -n "$STEP_PID" ] && kill "$STEP_PID" 2>/dev/null
   "$NVIDIA_SMI" -q > "$OUT/diag/nvidia-smi-q.txt" 2>&1
   stop_containers
-  python3 "$ACCESS" scrub --env-file "$ENV_FILE" "$OUT" >/dev/null 2>&1
   [ -n "$STARTED_SERVER" ] && status server stopped
 }
 trap on_exit EXIT
