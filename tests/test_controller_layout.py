@@ -31,6 +31,8 @@ LAYERS = {
     "checks": {"facts", "records", "kernels", "kernels.tools"},
     "report": {"facts", "records", "measure", "bench"},
     "slurm": {"facts", "launch", "records", "bench", "evals"},
+    # a run from its id to its report: the visit loop over a scheduler backend (Ansible, kdakit.slurm)
+    "run": {"facts", "launch", "records", "checks", "bench", "slurm"},
 }
 LAYERS["cli"] = set(LAYERS)  # the command line wires every layer
 

@@ -90,7 +90,15 @@ def _ab(args) -> int:
         raise UsageError(str(exc)) from None
 
 
+def default_hosts() -> str:
+    """The hosts of a later step: every SKU group of the registry."""
+    return ":".join(profiles.skus())
+
+
 def _step(args) -> int:
+    if args.print_hosts:
+        print(args.hosts or default_hosts())
+        return 0
     new = args.step == "deploy"
     if args.step == "teardown" and not args.run_id and paths.read_latest(args.results) is None:
         run_id = "none"  # nothing was ever deployed from here: teardown still removes the kit's containers
@@ -107,7 +115,7 @@ def _step(args) -> int:
     run = RunContext(Path(args.results).resolve(), run_id, sku=sku if new else "", arm=args.arm)
     backend = _ansible(args)
     if not new:
-        backend.hosts = args.hosts or ":".join(profiles.skus())
+        backend.hosts = args.hosts or default_hosts()
     ok, _ = backend.step(run, args.step)
     return 0 if ok else 1
 
@@ -148,6 +156,7 @@ def register(sub) -> None:
     q.add_argument("step", choices=STEPS)
     q.add_argument("--arm", default="helion")
     q.add_argument("--hosts", default="", help="inventory groups or hosts, colon-separated (not for deploy)")
+    q.add_argument("--print-hosts", action="store_true", help="print the hosts the step would run on")
     q = common("preflight", _preflight, "one table of every host's checks")
     q.add_argument("--build", action="store_true", help="check the controller's image builder too")
     q.add_argument("--gate", action="store_true", help="fail only when nothing could run")
