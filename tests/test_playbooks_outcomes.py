@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from kdakit.records import provenance
+from kdakit.run import facts
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -46,9 +47,9 @@ def rig(tmp_path_factory):
 
 def play(rig, step: str, run_id: str = "r1", arm: str = "helion", *extra: str) -> subprocess.CompletedProcess:
     playbook = REPO / "playbooks" / f"{step}.yml"
+    facts_file = facts.write(facts.extra_vars(rig / "results", run_id, arm, hosts="h200"), rig)
     cmd = [str(BIN / "ansible-playbook"), "-i", str(rig / "inventory.yml"), str(playbook),
-           "-e", "kdakit_hosts=h200", "-e", f"kdakit_run_id={run_id}", "-e", f"kdakit_arm={arm}",
-           "-e", f"kdakit_results_dir={rig / 'results'}", *extra]  # fmt: skip
+           "-e", f"@{facts_file}", *extra]  # fmt: skip
     # one connection attempt (ansible.cfg asks for three): the closed port answers at once anyway
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "playbooks" / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_SSH_ARGS="-o ConnectionAttempts=1")  # fmt: skip

@@ -4,6 +4,7 @@ line; a saved image tarball built from another source tree is refused with one l
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -111,28 +112,27 @@ def test_ab_visits_the_arms_interleaved_as_the_bench_protocol_asks(tmp_path, pro
     (triton, helion, triton, ...), GSM8K on the first visit only, the protocol passed to every step; unset,
     nothing is passed, so the inventory's or EXTRA's protocol holds."""
     log = tmp_path / "calls.log"
-    fake = tmp_path / "ansible-playbook"
-    fake.write_text(f'#!/bin/sh\necho "$(basename "$1") $*" >> {log}\n')
+    fake = tmp_path / "ansible-playbook"  # logs each step's playbook and what the controller's facts file says
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\nargs = sys.argv[1:]\n"
+        "values = [json.load(open(args[i + 1][1:])) for i, a in enumerate(args) if a == '-e' and"
+        " args[i + 1].startswith('@')][0]\n"
+        f"open({str(log)!r}, 'a').write(json.dumps([os.path.basename(args[0]), values['kdakit_arm'],"
+        " values.get('kdakit_bench_protocol'), values.get('kdakit_visit')]) + '\\n')\n"
+    )
     fake.chmod(0o755)
     proc, _ = make(
         "ab-h200", "PREFLIGHT_DONE=1", f"BENCH_PROTOCOL={protocol}", f"ANSIBLE_PLAYBOOK={fake}",
         f"RESULTS={tmp_path / 'results'}", "RUN_ID=t1",
     )  # fmt: skip
-    calls = [line.split()[0].removesuffix(".yml") for line in log.read_text().splitlines()]
-    arms = [line.split("kdakit_arm=")[1].split()[0] for line in log.read_text().splitlines()]
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
     per_visit = ["deploy", "bench", "collect", "teardown"]
-    expected, expected_arms = [], []
+    expected = []
     for visit in range(visits):
         for arm in ("triton", "helion"):
             steps = per_visit[:1] + ["eval-gsm8k"] * (visit == 0) + per_visit[1:]
-            expected += steps
-            expected_arms += [arm] * len(steps)
-    assert calls == expected and arms == expected_arms, proc.stdout
-    lines = log.read_text().splitlines()
-    if protocol:
-        assert all(f"kdakit_bench_protocol={protocol}" in line for line in lines)
-    else:
-        assert not any("kdakit_bench_protocol" in line for line in lines)
+            expected += [[f"{step}.yml", arm, protocol or None, visit + 1] for step in steps]
+    assert rows == expected, proc.stdout + proc.stderr
 
 
 def test_deploy_refuses_when_the_controller_cannot_hold_the_results(tmp_path):
