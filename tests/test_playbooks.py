@@ -131,7 +131,7 @@ def test_wait_ready_fails_fast_with_the_containers_last_log_line(tmp_path):
         proc = subprocess.run(
             [
                 sys.executable,
-                str(PLAYBOOKS / "roles/server/files/wait_ready.py"),
+                str(REPO / "kdakit" / "launch" / "wait_ready.py"),
                 "--url",
                 "http://127.0.0.1:9/health",
                 "--docker-host",
@@ -175,6 +175,7 @@ def test_playbooks_mk_targets_are_listed_by_make_help():
         "lint-playbooks",
     ):
         assert f"  {target} " in out, target
+    assert "$(" not in out, [line for line in out.splitlines() if "$(" in line]  # every variable expanded
 
 
 @pytest.mark.parametrize("role", ["gsm8k", "bench"])
