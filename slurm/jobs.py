@@ -251,7 +251,7 @@ def end_cause(job_id: str, state: str, fields: dict) -> str:
     if state == "TIMEOUT":
         return (
             f"job {job_id} hit its time limit of {fields.get('TimeLimit', '?')}. Fix: raise time_limit in "
-            "the Slurm settings (empty: the protocols' bounds)"
+            "the Slurm settings (empty: the expected duration with its margin)"
         )
     if state == "FAILED":
         return f"job {job_id} failed (exit code {fields.get('ExitCode', '?')})"

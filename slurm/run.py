@@ -354,7 +354,8 @@ def job_step(
         else jobs.JobEnd(job_id, state, ctx.slurm.end_cause(job_id, state, fields, nodes), fields, nodes)
     )
     if end is None and unfinished():
-        end = jobs.JobEnd(job_id, state, f"job step of job {job_id} ended before its node part finished", fields,
+        cut = f"job step of job {job_id} ended before its node part finished"
+        end = jobs.JobEnd(job_id, state, cut, fields,
                           nodes)  # fmt: skip
     return {n: node_outcomes(steps, after.get(n, [])[before.get(n, 0) :], end) for n in nodes}, end
 

@@ -130,6 +130,13 @@ def time_limit(settings: SlurmSettings, visit: Visit) -> tuple[str, str]:
     return timing.time_limit(settings, *expected_seconds(settings, visit))
 
 
+def signals_before_limit(settings: SlurmSettings, limit: str) -> bool:
+    """--signal only when the job is long enough for it: Slurm may send it up to a minute early, and a
+    lead near the whole limit would stop the job as it starts."""
+    seconds = timing.parse_slurm_time(limit)
+    return seconds is None or seconds >= 3 * settings.signal_lead_s
+
+
 def sbatch_options(settings: SlurmSettings, visit: Visit) -> list[str]:
     opts = [
         f"--job-name={visit.job_name}",
@@ -142,8 +149,10 @@ def sbatch_options(settings: SlurmSettings, visit: Visit) -> list[str]:
         opts.append("--exclusive")
     if settings.schedule_memory:
         opts.append("--mem=0")
-    opts.append(f"--time={time_limit(settings, visit)[0]}")
-    opts.append(f"--signal=B:TERM@{settings.signal_lead_s}")
+    limit = time_limit(settings, visit)[0]
+    opts.append(f"--time={limit}")
+    if signals_before_limit(settings, limit):
+        opts.append(f"--signal=B:TERM@{settings.signal_lead_s}")
     for key, value in (
         ("partition", settings.partition),
         ("account", settings.account),
@@ -225,17 +234,19 @@ def render(settings: SlurmSettings, visit: Visit) -> str:
     gpu_count = profiles.sku(visit.sku).gpu_count
     pyxis = settings.runtime == "pyxis"
     results_in_server = "$OUT" if pyxis else "/results"
-    limit_note = time_limit(settings, visit)[1]
+    limit, limit_note = time_limit(settings, visit)
+    if not signals_before_limit(settings, limit):
+        limit_note += f"; no --signal: the limit is under 3 x the {settings.signal_lead_s} s lead"
     what = (
-        f"A/B of {' '.join(visit.arms)}, {visit.visits} visit(s) (bench protocol {visit.bench_protocol}) as job "
-        "steps of this one allocation"
+        f"A/B of {' '.join(visit.arms)}, {visit.visits} visit(s) (bench protocol {visit.bench_protocol}) as "
+        "job steps of this one allocation"
         if visit.allocation
         else f"arm {visit.arm}: {' '.join(visit.steps)} (bench protocol {visit.bench_protocol})"
     )
     header = [
         "#!/bin/bash",
         f"# kdakit on Slurm: run {visit.run_id}, {what}; runtime {settings.runtime}.",
-        "# Made by `kdakit run` / `kdakit slurm` (slurm/script.py). Every node runs `node ARM VISIT STEP...`:",
+        "# Made by `kdakit run`/`kdakit slurm` (slurm/script.py). Every node runs `node ARM VISIT STEP...`:",
         "# its server on the GPUs Slurm allocated, readiness wait, eval, bench; results in",
         f"# {visit.run_dir}/<node>/<arm>/; the EXIT trap stops the server (TERM, KILL after"
         f" {settings.stop_grace_s} s).",
@@ -283,16 +294,18 @@ def render(settings: SlurmSettings, visit: Visit) -> str:
     if visit.allocation:
         batch = [
             "",
-            "# The batch step holds the allocation: the controller runs each arm's visit in it as a job step",
-            "# (srun --jobid=$SLURM_JOB_ID ... node ARM VISIT STEP...). At the time limit's signal lead, or when",
-            "# cancelled, it passes TERM to those steps (their traps stop the servers) and removes what is left.",
+            "# The batch step holds the allocation: the controller runs each arm's visit in it as a job",
+            "# step (srun --jobid=$SLURM_JOB_ID ... node ARM VISIT STEP...). At the time limit's signal",
+            "# lead, or when cancelled, it passes TERM to those steps (their traps stop the servers) and",
+            "# removes what is left.",
             'if [ "${1:-}" != node ] && [ "${1:-}" != stop ]; then',
             "  on_batch_signal() {",
             "    trap '' TERM INT HUP",
             '    echo "kdakit: TERM for job $SLURM_JOB_ID: stopping every node\'s server"',
             '    scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null',
             '    for _ in $(seq "$(( STOP_GRACE_S + 10 ))"); do  # until the visit steps have ended',
-            '      squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null | grep -qv -e "\\.batch$" -e "\\.extern$" || break',
+            '      squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null \\',
+            '        | grep -qv -e "\\.batch$" -e "\\.extern$" || break',
             "      sleep 1",
             "    done",
             f'    timeout "$(( SIGNAL_LEAD_S - STOP_GRACE_S - 20 ))" {" ".join(_stop_argv(settings, visit))}',
@@ -300,7 +313,8 @@ def render(settings: SlurmSettings, visit: Visit) -> str:
             "  }",
             "  trap on_batch_signal TERM INT HUP",
             '  echo "kdakit: allocation $SLURM_JOB_ID on $SLURM_JOB_NODELIST holds for run $RUN_ID"',
-            '  while [ ! -e "$RELEASE" ]; do sleep 2 & wait $!; done  # the controller\'s word: the run is done',
+            "  # the controller's word that the run is done: the release file",
+            '  while [ ! -e "$RELEASE" ]; do sleep 2 & wait $!; done',
             '  rm -f "$RELEASE"',
             "  exit 0",
             "fi",
@@ -353,8 +367,8 @@ def _docker_bench_mounts(settings: SlurmSettings) -> list[str]:
     return out
 
 
-_COMMON = r"""# The node part: `node ARM VISIT STEP...` (or `stop`: remove what the job left on this node). Each
-# step's output goes to diag/slurm-<step>.log, its outcome to the status file; files 0640, diag/ 0700.
+_COMMON = r"""# The node part: `node ARM VISIT STEP...` (or `stop`: remove what the job left on this node).
+# Each step's output goes to diag/slurm-<step>.log, its outcome to the status file; files 0640, diag/ 0700.
 MODE=$1
 shift
 ARM=${1:-}
@@ -386,14 +400,15 @@ gpus_allocated() {
   local n
   n=$(tr ',' '\n' <<< "$ALLOCATED_GPUS" | grep -c .)
   [ "$n" = "$GPU_COUNT" ] && return 0
-  echo "Slurm allocated ${n} GPU(s) (${ALLOCATED_GPUS:-none}) on $NODE; SKU $SKU needs $GPU_COUNT: set gpus_per_node"
+  echo "Slurm allocated ${n} GPU(s) (${ALLOCATED_GPUS:-none}) on $NODE; SKU $SKU needs" \
+    "$GPU_COUNT: set gpus_per_node"
   return 1
 }
 export KDAKIT_RUN_ID=$RUN_ID KDAKIT_HOST=$NODE KDAKIT_SKU=$SKU KDAKIT_ARM=$ARM
 """
 
-_DOCKER = r"""# Docker on the node: the server detached on the allocated GPUs, eval and bench in the foreground, all
-# from the kit's image.
+_DOCKER = r"""# Docker on the node: the server detached on the allocated GPUs, eval and bench in the
+# foreground, all from the kit's image.
 export DOCKER_HOST=${DOCKER_HOST_TEMPLATE//\{node\}/$NODE}
 GPU_FLAGS=()
 [ "$GPU_COUNT" != 0 ] && GPU_FLAGS=(--gpus "\"device=$ALLOCATED_GPUS\"")
@@ -460,7 +475,8 @@ step_bench() {
     "${BENCH_ARGS[@]}"
 }
 
-stop_containers() {  # SGLang's graceful shutdown (TERM, up to STOP_GRACE_S), then its log and inspect, keys replaced
+# SGLang's graceful shutdown (TERM, up to STOP_GRACE_S), then its log and inspect, keys replaced
+stop_containers() {
   if [ -n "$STARTED_SERVER" ] && "$DOCKER" container inspect "$SERVER" >/dev/null 2>&1; then
     "$DOCKER" stop --time "$STOP_GRACE_S" "$SERVER" >/dev/null 2>&1
     "$DOCKER" logs --timestamps "$SERVER" 2>&1 | scrubbed > "$OUT/diag/kdakit-sglang.log"
@@ -479,8 +495,8 @@ stop_job_leftovers() {  # `stop`: every container of this job on this node
 }
 """
 
-_PYXIS = r"""# pyxis/enroot: this node part already runs inside the kit's image (enroot exposes only the GPUs Slurm
-# allocated); the server is a process beside it.
+_PYXIS = r"""# pyxis/enroot: this node part already runs inside the kit's image (enroot exposes only the GPUs
+# Slurm allocated); the server is a process beside it.
 SERVER_PID_FILE=$RUN_DIR/slurm/state/server-$SLURM_JOB_ID-$NODE.pid
 SERVER_ARGS=("${SERVER_ARGS[@]//\$OUT/$OUT}")  # the node's results folder, as the server sees it
 set -a; . "$ENV_FILE"; set +a
@@ -515,7 +531,10 @@ step_bench() {
 stop_server_pid() {  # SGLang's graceful shutdown: TERM, up to STOP_GRACE_S, then KILL
   local pid=$1 waited=0
   kill -TERM "$pid" 2>/dev/null || return 0
-  while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$STOP_GRACE_S" ]; do sleep 1; waited=$((waited + 1)); done
+  while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$STOP_GRACE_S" ]; do
+    sleep 1
+    waited=$((waited + 1))
+  done
   kill -KILL "$pid" 2>/dev/null
   return 0
 }

@@ -95,8 +95,8 @@ class SlurmSettings:
             )
         if self.stop_grace_s + 30 > self.signal_lead_s:
             raise UsageError(
-                f"slurm signal_lead_s {self.signal_lead_s} must exceed stop_grace_s {self.stop_grace_s} by 30 s "
-                "or more: the trap stops the servers within the lead"
+                f"slurm signal_lead_s {self.signal_lead_s} must exceed stop_grace_s {self.stop_grace_s} by "
+                "30 s or more: the trap stops the servers within the lead"
             )
         if self.nodes < 1 or self.gpus_per_node < 0:
             raise UsageError(f"slurm nodes {self.nodes} / gpus_per_node {self.gpus_per_node}: out of range")

@@ -77,8 +77,8 @@ def check_nodes(settings: SlurmSettings) -> None:
     named = expand_nodelist(nodelist)
     if len(named) != settings.nodes:
         raise UsageError(
-            f"slurm: nodes = {settings.nodes} but nodelist {nodelist} names {len(named)} node(s): set nodes = "
-            f"{len(named)} or list {settings.nodes} node(s)"
+            f"slurm: nodes = {settings.nodes} but nodelist {nodelist} names {len(named)} node(s): set "
+            f"nodes = {len(named)} or list {settings.nodes} node(s)"
         )
 
 

@@ -112,7 +112,9 @@ def test_ab_visits_the_arms_interleaved_as_the_bench_protocol_asks(tmp_path, pro
     (triton, helion, triton, ...), GSM8K on the first visit only, the protocol passed to every step; unset,
     nothing is passed, so the inventory's or EXTRA's protocol holds."""
     log = tmp_path / "calls.log"
-    fake = tmp_path / "ansible-playbook"  # logs each step's playbook and what the controller's facts file says
+    fake = (
+        tmp_path / "ansible-playbook"
+    )  # logs each step's playbook and what the controller's facts file says
     fake.write_text(
         f"#!{sys.executable}\nimport json, os, sys\nargs = sys.argv[1:]\n"
         "values = [json.load(open(args[i + 1][1:])) for i, a in enumerate(args) if a == '-e' and"

@@ -128,8 +128,8 @@ def test_provenance_reads_server_command_and_sku(tmp_path, monkeypatch):
     assert provenance.server_command(tmp_path) == {"argv": ["sglang", "serve"], "env": {"A": "1"}}
     assert provenance.server_command(tmp_path / "missing") is None
     # a record's SKU: the registry's one GPU -> SKU mapping, as the published tables spell it
-    record_sku = [profiles.canonical_sku(profiles.sku_of_gpus(g)) for g in
-                  (["NVIDIA H200", "NVIDIA H200"], ["NVIDIA B200"], ["NVIDIA H200", "NVIDIA B200"], [])]  # fmt: skip
+    gpus = (["NVIDIA H200", "NVIDIA H200"], ["NVIDIA B200"], ["NVIDIA H200", "NVIDIA B200"], [])
+    record_sku = [profiles.canonical_sku(profiles.sku_of_gpus(g)) for g in gpus]
     assert record_sku == ["H200", "B200", "unknown", "unknown"]
     monkeypatch.setenv("KDAKIT_IMAGE_ID", "sha256:abc")
     gathered = provenance.gather(tmp_path)

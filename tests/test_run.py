@@ -29,7 +29,9 @@ class Recorder:
 
     def visit(self, run, steps):
         self.visits.append((run.arm, run.visit, steps))
-        provenance.record_outcomes(run.results, run.run_id, run.arm, steps[0], [{"host": "h1", "outcome": "ok"}])
+        provenance.record_outcomes(
+            run.results, run.run_id, run.arm, steps[0], [{"host": "h1", "outcome": "ok"}]
+        )
         return True
 
     def finish(self, run):
@@ -69,16 +71,23 @@ def test_a_sequential_protocol_stops_when_decide_says_so(tmp_path, monkeypatch):
         done = len(asked) == 2
         return Decision(done, len(asked), "settled: within ±1 %" if done else "cannot tell yet")
 
-    import types
     import sys
+    import types
 
     monkeypatch.setitem(sys.modules, "kdakit.records.sequential", types.SimpleNamespace(decide=decide))
     clock = iter(range(0, 1000, 100))
     backend, said = Recorder(), []
     run = RunContext(tmp_path, "r1", sku="h200")
     plan = Plan("adaptive", 10, sequential=True)
-    assert loop.run_ab(run, ["triton", "helion"], plan, backend, say=said.append, clock=lambda: next(clock)) == 0
-    assert [(a, k) for a, k, _ in backend.visits] == [("triton", 1), ("helion", 1), ("triton", 2), ("helion", 2)]
+    assert (
+        loop.run_ab(run, ["triton", "helion"], plan, backend, say=said.append, clock=lambda: next(clock)) == 0
+    )
+    assert [(a, k) for a, k, _ in backend.visits] == [
+        ("triton", 1),
+        ("helion", 1),
+        ("triton", 2),
+        ("helion", 2),
+    ]
     assert [a[:2] for a in asked] == [(tmp_path / "r1", "adaptive")] * 2 and asked[0][2] > 0
     assert "== adaptive after visit 2: settled: within ±1 %" in said
 
@@ -102,7 +111,10 @@ def test_the_protocols_plan_their_visits(tmp_path):
     bench = REPO / "bench" / "protocols.toml"
     assert plan_of("pr", bench) == Plan("pr", 1) and plan_of("rigorous", bench).visits == 5
     doc = tmp_path / "p.toml"
-    doc.write_text('[protocol.seq]\nsequential = true\nmax_visits = 8\nmax_hours = 12\n[protocol.bad]\nsequential = true\n')
+    doc.write_text(
+        "[protocol.seq]\nsequential = true\nmax_visits = 8\nmax_hours = 12\n"
+        "[protocol.bad]\nsequential = true\n"
+    )
     assert plan_of("seq", doc) == Plan("seq", 8, True, 12.0)
     with pytest.raises(UsageError, match="sequential protocol 'bad' needs max_visits or max_hours"):
         plan_of("bad", doc)
@@ -114,7 +126,9 @@ def test_the_ansible_facts_file_holds_the_registry_and_the_paths(tmp_path):
     values = facts.extra_vars(tmp_path, "r1", "helion", hosts="h200", visit=2)
     f = values["kdakit_facts"]
     assert f["skus"] == sorted(f["registry"]) and f["registry"]["h200"]["gpu_model"] == "NVIDIA H200"
-    assert f["paths"]["provenance"] == str(tmp_path.resolve() / "r1" / "{host}" / "helion" / "provenance.json")
+    assert f["paths"]["provenance"] == str(
+        tmp_path.resolve() / "r1" / "{host}" / "helion" / "provenance.json"
+    )
     assert f["paths"]["host_run_dir"] == "{root}/r1/helion"
     assert (values["kdakit_run_id"], values["kdakit_hosts"], values["kdakit_visit"]) == ("r1", "h200", 2)
     assert f["controller"]["lock"]["pid"] > 0

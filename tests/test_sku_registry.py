@@ -56,7 +56,10 @@ def test_a_fake_sku_is_registered_and_planned(registry):
     plan = _kdakit("plan", "--sku", "x100", "--arm", "helion", env=registry)
     assert plan.returncode == 0, plan.stderr
     assert "--kv-cache-dtype fp8_e4m3" in plan.stdout and "CUDA_VISIBLE_DEVICES=0,1" in plan.stdout
-    assert profiles.sku_of_gpus(["NVIDIA X100", "NVIDIA X100"]) == "x100" and profiles.configs_of("x100") == "x100"
+    assert (
+        profiles.sku_of_gpus(["NVIDIA X100", "NVIDIA X100"]) == "x100"
+        and profiles.configs_of("x100") == "x100"
+    )
     assert profiles.sku_of_gpus(["NVIDIA A100-SXM4-80GB"]) == "a100-sxm4-80gb"
     assert profiles.sku_of_gpus(["NVIDIA X100", "NVIDIA H200"]) == profiles.sku_of_gpus([]) == "unknown"
 
@@ -197,8 +200,12 @@ def ab_spellings(root: Path = REPO, pair: tuple[str, str] | None = None) -> list
 def test_make_and_the_report_take_the_ab_pair_from_arms_toml():
     assert ab_spellings() == []
     dry = _make("-n", "ab-h200", "RUN_ID=r", "PREFLIGHT_DONE=1", env=dict(os.environ))
-    assert "kdakit run ab" in dry.stdout and "--arms" not in dry.stdout, dry.stderr  # kdakit run reads arms.toml
-    assert "--arms \"helion triton\"" in _make("-n", "ab-h200", "ARMS=helion triton", env=dict(os.environ)).stdout
+    assert "kdakit run ab" in dry.stdout and "--arms" not in dry.stdout, (
+        dry.stderr
+    )  # kdakit run reads arms.toml
+    assert (
+        '--arms "helion triton"' in _make("-n", "ab-h200", "ARMS=helion triton", env=dict(os.environ)).stdout
+    )
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from kdakit.slurm import allocation, jobs, run, script, settings, timing
 
 from kdakit.facts.errors import UsageError
-from kdakit.slurm import allocation, jobs, run, script, settings, timing
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,14 +76,21 @@ def test_settings_example_file_loads_and_names_every_setting():
 
 
 def test_docker_script_options_and_syntax(tmp_path):
-    s = settings.load(None, ["partition=gpu", "account=ops", "nodes=2", "nodelist=h[1-2]", "bench_dataset=random",
+    s = settings.load(None, ["partition=gpu", "account=ops", "nodes=2", "nodelist=h[1-2]",
+                             "bench_dataset=random",
                              "schedule_memory=true"])  # fmt: skip
     text = script.render(s, _visit(tmp_path))
     lines = text.splitlines()
     sbatch = [line.removeprefix("#SBATCH ") for line in lines if line.startswith("#SBATCH ")]
     assert sbatch[:6] == ["--job-name=kdakit-r1-ab", "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=4",
                           "--exclusive", "--mem=0"]  # fmt: skip
-    for want in ("--partition=gpu", "--account=ops", "--nodelist=h[1-2]", "--no-requeue", "--signal=B:TERM@180"):
+    for want in (
+        "--partition=gpu",
+        "--account=ops",
+        "--nodelist=h[1-2]",
+        "--no-requeue",
+        "--signal=B:TERM@180",
+    ):
         assert want in sbatch
     assert f"--output={tmp_path}/results/r1/slurm/kdakit-r1-ab-%j.out" in sbatch
     # the batch step only holds the allocation until the controller releases it; its TERM trap stops the steps
@@ -134,12 +141,16 @@ def test_time_limit_is_the_expected_duration_with_margin_lead_and_cap(tmp_path):
     visit = _visit(tmp_path, visits=visits, bench_protocol="rigorous")
     text = script.render(s, visit)
     assert f"#SBATCH --time={want}" in text
-    assert f"x 2 arms (rigorous) expected {timing.slurm_time(expected)} + 50% margin + 180 s signal lead" in text
+    assert (
+        f"x 2 arms (rigorous) expected {timing.slurm_time(expected)} + 50% margin + 180 s signal lead" in text
+    )
     capped = script.render(settings.load(None, ["max_time=12:00:00"]), visit)
     assert "#SBATCH --time=0-12:00:00" in capped and "capped at the site's max_time 12:00:00" in capped
     assert "#SBATCH --time=0:30:00" in script.render(settings.load(None, ["time_limit=0:30:00"]), visit)
     timing.check_partition_limit("0-20:00:00", "gpu", "1-00:00:00")  # fits
-    with pytest.raises(UsageError, match=r"asks --time=2-00:00:00 but partition gpu allows at most 1-00:00:00: "):
+    with pytest.raises(
+        UsageError, match=r"asks --time=2-00:00:00 but partition gpu allows at most 1-00:00:00: "
+    ):
         timing.check_partition_limit("2-00:00:00", "gpu", "1-00:00:00")
     with pytest.raises(UsageError, match="allows at most 4:00:00"):
         timing.check_partition_limit("0-20:00:00", "gpu", "4:00:00")
@@ -412,7 +423,9 @@ class FakeCluster(FakeSlurm):
         if argv[0] == "sbatch":
             return subprocess.CompletedProcess(argv, 0, "slurm 22.05.8\n", "sbatch: Job 3 to start at now")
         if argv[:3] == ["scontrol", "show", "partition"]:
-            return subprocess.CompletedProcess(argv, 0, "PartitionName=gpu Default=YES MaxTime=3-00:00:00\n", "")
+            return subprocess.CompletedProcess(
+                argv, 0, "PartitionName=gpu Default=YES MaxTime=3-00:00:00\n", ""
+            )
         if argv[:3] == ["scontrol", "show", "job"]:
             job = argv[-1]
             released = (self.results / "r1" / "slurm" / "state" / f"release-{job}").exists()
@@ -459,7 +472,9 @@ def test_an_ab_is_one_allocation_and_every_visit_a_job_step_on_its_nodes(tmp_pat
     assert all(a[1:4] == ["--jobid=11", "--overlap", "--nodes=2"] for a in fake.sruns)
     assert (tmp_path / "r1" / "slurm" / "state" / "release-11").exists()  # the allocation was released
     rows, all_ok = run.provenance.rollup(tmp_path / "r1")
-    assert all_ok and {(r[0], r[1]) for r in rows} == {(n, a) for n in ("h1", "h2") for a in ("triton", "helion")}
+    assert all_ok and {(r[0], r[1]) for r in rows} == {
+        (n, a) for n in ("h1", "h2") for a in ("triton", "helion")
+    }
     prov = __import__("json").loads((tmp_path / "r1" / "h1" / "helion" / "provenance.json").read_text())
     assert [j["job_id"] for j in prov["slurm_jobs"]] == ["11"] and prov["slurm"]["visit"] == plan.visits
 
@@ -472,12 +487,16 @@ def test_an_ab_on_a_partition_too_short_is_refused_before_sbatch(tmp_path):
     class Short(FakeCluster):
         def __call__(self, argv):
             if argv[:3] == ["scontrol", "show", "partition"]:
-                return subprocess.CompletedProcess(argv, 0, "PartitionName=gpu Default=YES MaxTime=04:00:00\n", "")
+                return subprocess.CompletedProcess(
+                    argv, 0, "PartitionName=gpu Default=YES MaxTime=04:00:00\n", ""
+                )
             return super().__call__(argv)
 
     fake = Short(tmp_path)
     ctx = run.Context(settings.SlurmSettings(), _slurm(fake), tmp_path, "r1", "h200", say=lambda _: None)
-    with pytest.raises(Usage, match=r"^slurm: the run asks --time=\S+ but partition gpu allows at most 04:00:00"):
+    with pytest.raises(
+        Usage, match=r"^slurm: the run asks --time=\S+ but partition gpu allows at most 04:00:00"
+    ):
         loop.run_ab(RunContext(tmp_path, "r1", sku="h200"), ["triton", "helion"], loop.plan_of("rigorous"),
                     allocation.SlurmAllocation(ctx), say=lambda _: None)  # fmt: skip
     assert fake.submitted == []
@@ -563,7 +582,9 @@ def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
     visit.script_path.write_text(script.render(s, visit))
     visit.wait_ready.write_text("print('ready')\n")  # stands in for the readiness wait
     env = {**os.environ, "SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1", "PLANTED_KEY": keys[0]}
-    proc = subprocess.Popen(["bash", str(visit.script_path), "node", "helion", "1", "deploy", "hold"], env=env)
+    proc = subprocess.Popen(
+        ["bash", str(visit.script_path), "node", "helion", "1", "deploy", "hold"], env=env
+    )
     status = visit.run_dir / "slurm" / "steps" / "5" / "n1.tsv"
     deadline = time.monotonic() + 20
     while "hold\tstarted" not in (status.read_text() if status.exists() else ""):
@@ -575,7 +596,9 @@ def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
     assert proc.wait(timeout=20) == 143
     calls = (tmp_path / "docker.log").read_text().splitlines()
     assert "stop --time 60 kdakit-sglang-5" in calls and "rm -f kdakit-sglang-5" in calls, calls
-    assert calls.index("stop --time 60 kdakit-sglang-5") < len(calls) - 1 - calls[::-1].index("rm -f kdakit-sglang-5")
+    assert calls.index("stop --time 60 kdakit-sglang-5") < len(calls) - 1 - calls[::-1].index(
+        "rm -f kdakit-sglang-5"
+    )
     assert status.read_text().splitlines()[-1] == "server\tstopped\t"
     diag = visit.run_dir / "n1" / "helion" / "diag"
     log = (diag / "kdakit-sglang.log").read_text()

@@ -101,9 +101,7 @@ def resolve(args: argparse.Namespace, kind: str, info: dict | None) -> dict:
     """run_id, host, sku, arm, out (Path), run_dir: server-command.json (or its folder) for provenance."""
     run_id = args.run_id or default_run_id()
     host = host_name(args)
-    sku = (
-        args.sku or os.environ.get("KDAKIT_SKU") or profiles.sku_of_gpus(provenance.gpus_and_driver()[0])
-    )
+    sku = args.sku or os.environ.get("KDAKIT_SKU") or profiles.sku_of_gpus(provenance.gpus_and_driver()[0])
     arm = args.arm or os.environ.get("KDAKIT_ARM") or arm_from_server_args(info)
     if arm not in ARMS:
         raise UsageError(f"arm must be one of {', '.join(ARMS)}, got {arm!r} (from $KDAKIT_ARM?)")

@@ -42,9 +42,9 @@ class Ansible:
             output = Path(scratch) / "outcomes.json"
             values["kdakit_step_output"] = str(output)
             facts_file = facts.write(values, scratch)
+            check = ["--check", "--diff"] if self.dry_run else []
             argv = [str(PLAYBOOKS / "run-step.sh"), str(PLAYBOOKS / f"{step}.yml"), self.ansible_playbook,
-                    "-i", self.inventory, "-e", f"@{facts_file}", *(["--check", "--diff"] if self.dry_run else []),
-                    *self.extra]  # fmt: skip
+                    "-i", self.inventory, "-e", f"@{facts_file}", *check, *self.extra]  # fmt: skip
             env = dict(os.environ, ANSIBLE_CONFIG=str(PLAYBOOKS / "ansible.cfg"))
             rc = subprocess.run(argv, env=env, check=False).returncode
             try:

@@ -36,8 +36,8 @@ def preflight(args, sku: str, *flags: str) -> int:
         ansible_inventory = str(Path(args.ansible_playbook).parent / "ansible-inventory")
         argv = ["--sku", sku, "--inventory", args.inventory, "--playbook", str(PLAYBOOKS / "preflight.yml"),
                 "--ansible-playbook", args.ansible_playbook, "--ansible-inventory", ansible_inventory,
-                "--docker", args.docker, "--extra", f"-e @{facts_file} {args.extra}", "--results", args.results,
-                *flags]  # fmt: skip
+                "--docker", args.docker, "--extra", f"-e @{facts_file} {args.extra}",
+                "--results", args.results, *flags]  # fmt: skip
         return checks.cluster_main(argv)
     finally:
         facts_file.unlink(missing_ok=True)
@@ -55,12 +55,14 @@ def _latest(results: str, run_id: str) -> None:
 
 
 def _slurm_backend(args, run: RunContext):
-    from kdakit.slurm import allocation, jobs
+    from kdakit.slurm import allocation, jobs, timing
     from kdakit.slurm import run as slurm_run
     from kdakit.slurm import settings as slurm_settings
 
+    loaded = slurm_settings.load(args.slurm_settings or None, args.slurm_set)
+    timing.check_nodes(loaded)  # before anything is written
     ctx = slurm_run.Context(
-        settings=slurm_settings.load(args.slurm_settings or None, args.slurm_set), slurm=jobs.Slurm(),
+        settings=loaded, slurm=jobs.Slurm(),
         results=Path(args.results).resolve(), run_id=run.run_id, sku=run.sku, dry_run=args.dry_run,
     )  # fmt: skip
     return allocation.SlurmAllocation(ctx)
