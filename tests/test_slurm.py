@@ -609,3 +609,53 @@ def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
             assert not any(k.encode() in path.read_bytes() for k in keys), f"a run key leaked into {path}"
     assert diag.stat().st_mode & 0o777 == 0o700
     assert (diag / "kdakit-sglang.log").stat().st_mode & 0o777 == 0o640
+
+
+FAKE_SLURM_BIN = {
+    "scancel": 'echo "scancel $*" >> "$CALLS"\n',
+    "squeue": 'echo "squeue $*" >> "$CALLS"\necho "$SLURM_JOB_ID.batch"\n',
+    "srun": 'echo "srun $*" >> "$CALLS"\n',
+    "timeout": 'shift\nexec "$@"\n',
+}
+
+
+def _allocation_batch(tmp_path, s):
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in FAKE_SLURM_BIN.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    visit = _visit(tmp_path)
+    (visit.slurm_dir / "state").mkdir(parents=True, exist_ok=True)
+    visit.script_path.write_text(script.render(s, visit))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "9",
+           "SLURM_JOB_NODELIST": "h[1-2]", "SLURM_JOB_NUM_NODES": "2", "CALLS": str(tmp_path / "calls")}  # fmt: skip
+    return visit, subprocess.Popen(["bash", str(visit.script_path)], env=env)
+
+
+def test_the_allocation_holds_until_released_and_its_term_trap_stops_every_node(tmp_path):
+    """The batch step of an A/B holds the nodes until the controller's release file appears (the job then
+    COMPLETES); at the signal lead it passes TERM to the visit steps and removes what is left on each node."""
+    import signal
+    import time
+
+    s = settings.load(None, ["stop_grace_s=1", "signal_lead_s=40"])
+    visit, proc = _allocation_batch(tmp_path, s)
+    time.sleep(1)
+    assert proc.poll() is None, "the batch step must hold the allocation"
+    visit.release_file("9").touch()
+    assert proc.wait(timeout=10) == 0 and not visit.release_file("9").exists()
+
+    (tmp_path / "bin").rename(tmp_path / "bin-1")
+    (tmp_path / "calls").unlink(missing_ok=True)
+    visit, proc = _allocation_batch(tmp_path, s)
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 143
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0] == "scancel --signal=TERM 9"
+    assert calls[-1].startswith("srun --overlap --nodes=2 --ntasks-per-node=1 ") and calls[-1].endswith(
+        " stop"
+    )
