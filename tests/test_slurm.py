@@ -631,7 +631,8 @@ def _allocation_batch(tmp_path, s):
     (visit.slurm_dir / "state").mkdir(parents=True, exist_ok=True)
     visit.script_path.write_text(script.render(s, visit))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "9",
-           "SLURM_JOB_NODELIST": "h[1-2]", "SLURM_JOB_NUM_NODES": "2", "CALLS": str(tmp_path / "calls")}  # fmt: skip
+           "SLURM_JOB_NODELIST": "h[1-2]", "SLURM_JOB_NUM_NODES": "2",
+           "CALLS": str(tmp_path / "calls")}  # fmt: skip
     return visit, subprocess.Popen(["bash", str(visit.script_path)], env=env)
 
 
