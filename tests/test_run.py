@@ -140,3 +140,18 @@ def test_the_roles_ask_python_nothing():
     """No pipe lookup into Python in any role default: the facts come from the controller's file."""
     for path in (REPO / "playbooks" / "roles").glob("*/defaults/main.yml"):
         assert "ansible.builtin.pipe" not in path.read_text(), path
+
+
+def test_an_interrupted_run_still_releases_its_backend(tmp_path):
+    """Ctrl-C during a visit: the loop stops, and the backend's finish (Slurm: release the allocation)
+    still runs."""
+
+    class Interrupted(Recorder):
+        def visit(self, run, steps):
+            raise KeyboardInterrupt
+
+    backend = Interrupted()
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_ab(RunContext(tmp_path, "r1", sku="h200"), ["triton", "helion"], Plan("pr", 1), backend,
+                    say=lambda _: None)  # fmt: skip
+    assert backend.finished

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,21 @@ from kdakit.run import facts
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout the playbooks come from (make runs from there)
 PLAYBOOKS = REPO / "playbooks"
+
+
+def wait_forwarding(proc: subprocess.Popen) -> int:
+    """Wait for the step, passing SIGINT/SIGTERM on to it (run-step.sh then removes what the step started
+    on every host) instead of dying first and leaving that undone."""
+
+    def forward(signum, frame):
+        proc.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return proc.wait()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 @dataclass
@@ -46,7 +62,7 @@ class Ansible:
             argv = [str(PLAYBOOKS / "run-step.sh"), str(PLAYBOOKS / f"{step}.yml"), self.ansible_playbook,
                     "-i", self.inventory, "-e", f"@{facts_file}", *check, *self.extra]  # fmt: skip
             env = dict(os.environ, ANSIBLE_CONFIG=str(PLAYBOOKS / "ansible.cfg"))
-            rc = subprocess.run(argv, env=env, check=False).returncode
+            rc = wait_forwarding(subprocess.Popen(argv, env=env))
             try:
                 hosts = json.loads(output.read_text())["hosts"]
             except (OSError, ValueError, KeyError):

@@ -90,6 +90,9 @@ def _ab(args) -> int:
         return loop.run_ab(run, arms, plan, backend, dry_run=args.dry_run, report=_report)
     except OSError as exc:
         raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        print(f"interrupted: run {run_id} stopped; its results so far are in {run.run_dir}", file=sys.stderr)
+        return 130
 
 
 def default_hosts() -> str:
@@ -118,7 +121,10 @@ def _step(args) -> int:
     backend = _ansible(args)
     if not new:
         backend.hosts = args.hosts or default_hosts()
-    ok, _ = backend.step(run, args.step)
+    try:
+        ok, _ = backend.step(run, args.step)
+    except KeyboardInterrupt:
+        return 130
     return 0 if ok else 1
 
 

@@ -41,6 +41,24 @@ def _decide(run_dir: Path, protocol: str, elapsed_s: float):
     return sequential.decide(run_dir, protocol, elapsed_s=elapsed_s)
 
 
+def _visits(run, arms, plan, backend, dry_run, say, elapsed) -> bool:
+    all_ok, total = True, "" if plan.sequential else f" of {plan.visits}"
+    for k in range(1, plan.visits + 1):
+        for arm in arms:
+            steps = visit_steps(k)
+            say(f"== {run.sku} {arm} visit {k}{total} (run {run.run_id}): {' '.join(steps)}")
+            all_ok &= backend.visit(run.but(arm=arm, visit=k), steps)
+        if plan.sequential and not dry_run:
+            decision = _decide(run.run_dir, plan.protocol, elapsed_s=elapsed())
+            say(f"== {plan.protocol} after visit {k}: {decision.reason}")
+            if decision.stop:
+                break
+        elif plan.sequential:
+            say(f"== {plan.protocol}: sequential; DRY_RUN shows the first visit only")
+            break
+    return all_ok
+
+
 def run_ab(
     run: RunContext,
     arms: list[str],
@@ -58,24 +76,13 @@ def run_ab(
     if not dry_run:
         controller_files.write_latest(run.results, run.run_id)
     start, all_ok = clock(), True
-    if backend.start(run, arms, plan):
-        total = "" if plan.sequential else f" of {plan.visits}"
-        for k in range(1, plan.visits + 1):
-            for arm in arms:
-                steps = visit_steps(k)
-                say(f"== {run.sku} {arm} visit {k}{total} (run {run.run_id}): {' '.join(steps)}")
-                all_ok &= backend.visit(run.but(arm=arm, visit=k), steps)
-            if plan.sequential and not dry_run:
-                decision = _decide(run.run_dir, plan.protocol, elapsed_s=clock() - start)
-                say(f"== {plan.protocol} after visit {k}: {decision.reason}")
-                if decision.stop:
-                    break
-            elif plan.sequential:
-                say(f"== {plan.protocol}: sequential; DRY_RUN shows the first visit only")
-                break
-    else:
-        all_ok = False
-    all_ok &= backend.finish(run)
+    try:
+        if backend.start(run, arms, plan):
+            all_ok &= _visits(run, arms, plan, backend, dry_run, say, lambda: clock() - start)
+        else:
+            all_ok = False
+    finally:  # also when interrupted: a Slurm allocation is released, not left to its time limit
+        all_ok &= backend.finish(run)
     if dry_run:
         return 0 if all_ok else 1
     say(f"== {run.sku} roll-up (run {run.run_id})")
