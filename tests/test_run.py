@@ -155,3 +155,42 @@ def test_an_interrupted_run_still_releases_its_backend(tmp_path):
         loop.run_ab(RunContext(tmp_path, "r1", sku="h200"), ["triton", "helion"], Plan("pr", 1), backend,
                     say=lambda _: None)  # fmt: skip
     assert backend.finished
+
+
+def test_the_ansible_backend_reads_each_steps_outcome_file(tmp_path):
+    """A step's outcome comes from the JSON file its summary writes (kdakit_step_output), not from Ansible's
+    log; the facts file carries the run, arm, visit and protocol."""
+    import sys
+
+    from kdakit.run.ansible import Ansible
+
+    fake = tmp_path / "ansible-playbook"
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\nargs = sys.argv[1:]\n"
+        "values = json.load(open([args[i + 1][1:] for i, a in enumerate(args) if a == '-e'][0]))\n"
+        "hosts = [{'host': 'h1', 'outcome': 'ok', 'cause': ''},\n"
+        "         {'host': 'h2', 'outcome': 'failed', 'cause': values['kdakit_arm'] + ' visit '"
+        " + str(values['kdakit_visit']) + ' ' + values['kdakit_bench_protocol']}]\n"
+        "open(values['kdakit_step_output'], 'w').write(json.dumps({'hosts': hosts}))\n"
+        "print('TASK [a task whose name nobody reads]')\n"
+    )
+    fake.chmod(0o755)
+    backend = Ansible(inventory="inv.yml", ansible_playbook=str(fake), bench_protocol="rigorous")
+    ok, hosts = backend.step(RunContext(tmp_path, "r1", sku="h200", arm="helion", visit=2), "bench")
+    assert not ok
+    assert hosts[1] == {"host": "h2", "outcome": "failed", "cause": "helion visit 2 rigorous"}
+
+
+def test_preflight_reads_each_hosts_output_file(tmp_path):
+    from kdakit.checks import preflight
+
+    (tmp_path / "h1.json").write_text(
+        json.dumps({"host": "h1", "rc": 1, "stdout": "FAIL h1: gpu-count: 2 | use 4\n"})
+    )
+    (tmp_path / "h2.json").write_text(
+        json.dumps({"host": "h2", "unreachable": 'Data could not be sent to remote host "h2". Make sure this '
+                    "host can be reached over ssh: ssh: connect to host h2 port 22: Connection refused"})
+    )  # fmt: skip
+    out = preflight.step_outputs(tmp_path)
+    assert out["h2"] == {"unreachable": "ssh: connect to host h2 port 22: Connection refused"}
+    assert [v.check for v in out["h1"]["verdicts"]] == ["gpu-count"] and not out["h1"]["verdicts"][0].ok
