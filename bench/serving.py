@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -43,6 +43,7 @@ from rich.progress import (
 from kdakit.facts.errors import UsageError
 from kdakit.launch import access
 from kdakit.measure import bounded, context, integrity, telemetry
+from kdakit.measure.session import Session, pick_protocol
 from kdakit.records import results
 
 PROTOCOLS_FILE = Path(__file__).with_name("protocols.toml")
@@ -86,7 +87,15 @@ class Protocol:
     request_timeout_s: float = 900.0  # longest the client may print nothing (a request hung)
     run_timeout_s: float = 7200.0  # one client run
     repeats: int = 1  # visits per arm the protocol asks for (interleaved triton, helion, triton, ...)
-    band_pct: float = 1.0  # the "within" band of the helion/triton verdicts
+    band_pct: float = 1.0  # the "within" band of the arm-against-arm verdicts
+    metrics: tuple[str, ...] = ()  # the client's numbers the report judges (empty: `metric` alone)
+    server_env: dict = field(default_factory=dict)  # the server's environment for this protocol
+    # A sequential protocol visits until every point and the claim are decisive (kdakit.records.sequential):
+    # at least min_visits, at most max_visits (its `repeats` then) and max_hours.
+    sequential: bool = False
+    min_visits: int = 1
+    max_visits: int | None = None
+    max_hours: float | None = None
 
 
 def load_protocols(path: Path = PROTOCOLS_FILE) -> dict[str, Protocol]:
@@ -96,9 +105,17 @@ def load_protocols(path: Path = PROTOCOLS_FILE) -> dict[str, Protocol]:
         table = dict(table)
         try:
             points = tuple(Point(**p) for p in table.pop("points"))
+            table["metrics"] = tuple(table.get("metrics") or (table["metric"],))
+            table["server_env"] = {k: str(v) for k, v in table.get("server_env", {}).items()}
             protocols[name] = Protocol(name=name, points=points, **table)
         except (TypeError, KeyError) as exc:
             raise UsageError(f"{path}: protocol {name!r}: {exc}") from None
+        if protocols[name].sequential:
+            if "repeats" in table or not table.get("max_visits"):
+                raise UsageError(
+                    f"{path}: protocol {name!r}: a sequential protocol gives max_visits, not repeats"
+                )
+            protocols[name] = replace(protocols[name], repeats=protocols[name].max_visits)
         if protocols[name].dataset not in DATASETS:
             raise UsageError(f"{path}: protocol {name!r}: dataset must be one of {', '.join(DATASETS)}")
     return protocols
@@ -236,7 +253,18 @@ def protocol_definition(protocol: Protocol, path: Path) -> dict:
         "source_file": "bench/protocols.toml (built in)" if Path(path) == PROTOCOLS_FILE else str(path),
         "band_pct": protocol.band_pct, "repeats": protocol.repeats,
         "runs": protocol.runs, "points": [dict(vars(p)) for p in protocol.points],
+        "sequential": protocol.sequential, "min_visits": protocol.min_visits,
+        "max_visits": protocol.max_visits, "max_hours": protocol.max_hours,
+        "metrics": list(protocol.metrics), "server_env": dict(protocol.server_env),
     }  # fmt: skip
+
+
+def server_env_lines(name: str, path: Path = PROTOCOLS_FILE) -> list[str]:
+    """The protocol's server environment as NAME=VALUE (what the deploy passes to `kdakit serve --env`)."""
+    protocols = load_protocols(path)
+    if name not in protocols:
+        raise UsageError(f"unknown protocol {name!r}; known: {', '.join(sorted(protocols))}")
+    return [f"{key}={value}" for key, value in sorted(protocols[name].server_env.items())]
 
 
 def _client_env(tokenizer: str) -> dict[str, str]:
@@ -265,12 +293,20 @@ def _tokenizer(args: argparse.Namespace, info: dict | None) -> str:
     raise UsageError("no tokenizer: pass --tokenizer (the model folder, or any local tokenizer folder)")
 
 
+def first_failure(protocol: Protocol, points: list[dict], failed: list[int]) -> str:
+    """'; point 2/3 (64/8, C4): run 2: <cause>' for the closing line (the one a rollout's summary shows)."""
+    if not failed:
+        return ""
+    i = failed[0]
+    point, error = protocol.points[i - 1], points[i - 1].get("error") or points[i - 1]["status"]
+    where = f"point {i}/{len(points)} ({point.input_len}/{point.output_len}, C{point.concurrency})"
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    return f"; {where}: {' '.join(str(error).split())}{more}"
+
+
 def run_serving(args: argparse.Namespace) -> int:
     protocols_file = Path(args.protocols) if args.protocols else PROTOCOLS_FILE
-    protocols = load_protocols(protocols_file)
-    if args.protocol not in protocols:
-        raise UsageError(f"unknown protocol {args.protocol!r}; known: {', '.join(sorted(protocols))}")
-    protocol = protocols[args.protocol]
+    protocol = pick_protocol(load_protocols(protocols_file), args.protocol)
     runs = args.runs if args.runs is not None else protocol.runs
     if runs < 1:
         raise UsageError("--runs must be at least 1")
@@ -284,16 +320,10 @@ def run_serving(args: argparse.Namespace) -> int:
         if not Path(dataset_path).is_file():
             raise UsageError(f"--dataset-path: no such file {dataset_path}")
 
-    base_url = context.normalize_base_url(args.base_url)
-    bounded.require_server(base_url, ("/v1/models",), context.host_name(args))
-    info = context.server_info(base_url)
+    session = Session.open(args, "serving", ("/v1/models",))
+    base_url, info, out = session.base_url, session.info, session.out
     tokenizer = _tokenizer(args, info)
-    where = context.resolve(args, "serving", info)
-    out: Path = where["out"]
-    out.mkdir(parents=True, exist_ok=True)
-    stem = context.fresh_stem(out, f"{where['arm']}-{protocol.name}")
-    raw = out / stem
-    raw.mkdir(parents=True)
+    stem, raw = session.run_folder(f"{session.arm}-{protocol.name}")
     cmd = shlex.split(args.client_cmd) if args.client_cmd else CLIENT
     env = _client_env(tokenizer)
 
@@ -323,7 +353,8 @@ def run_serving(args: argparse.Namespace) -> int:
     recorder = telemetry.Recorder(raw / "telemetry.csv").start()
     hung: str | None = None
     unchecked = False  # a measured run whose server counter could not be read
-    with Progress(*columns, console=console, transient=False) as progress:
+    # (logs, docker, ansible: no bar, whose last frame would run into the next line; step() prints instead)
+    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
         task = progress.add_task("serving benchmark", total=n * runs)
         for i, point in enumerate(protocol.points, 1):
             folder = raw / point.label
@@ -342,20 +373,20 @@ def run_serving(args: argparse.Namespace) -> int:
                 if outcome.status == "exited":
                     return None
                 status = "hung" if outcome.status == "stalled" else "timed out"
-                hung = bounded.hung_line(
-                    f"bench {label} {what}", where["host"], base_url, outcome,
-                    protocol.request_timeout_s, protocol.run_timeout_s,
-                )  # fmt: skip
+                hung = session.limit_line(
+                    f"bench {label} {what}", outcome, protocol.request_timeout_s, protocol.run_timeout_s
+                )
                 return hung
 
             if protocol.warmup:
                 step(progress, task, f"{where_text} warm-up")
-                argv = client_argv(
-                    protocol, point, **common, output_file=folder / "warmup.jsonl",
-                    num_prompts=point.concurrency, tag=f"kdakit:{stem}:{point.label}:warmup",
-                    model=args.model,
-                )  # fmt: skip
-                outcome = _run_client(cmd, argv, folder / "warmup.log", protocol, env)
+                with access.private_output(folder / "warmup.jsonl") as written:
+                    argv = client_argv(
+                        protocol, point, **common, output_file=written,
+                        num_prompts=point.concurrency, tag=f"kdakit:{stem}:{point.label}:warmup",
+                        model=args.model,
+                    )  # fmt: skip
+                    outcome = _run_client(cmd, argv, folder / "warmup.log", protocol, env)
                 error = limited(outcome, "warm-up")
                 if error is None and not outcome.ok:
                     http_errors = warmup_http_errors(folder)
@@ -367,20 +398,22 @@ def run_serving(args: argparse.Namespace) -> int:
                     break
                 step(progress, task, f"{where_text} run {j}/{runs}")
                 jsonl = folder / f"run{j}.jsonl"
-                argv = client_argv(
-                    protocol, point, **common, output_file=jsonl, num_prompts=point.num_prompts,
-                    tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
-                )  # fmt: skip
-                with recorder.window(f"{point.label} run {j}"), integrity.Window(base_url) as window:
-                    outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol, env)
-                access.scrub_tree(folder)  # the client's JSONL copies /server_info, keys included
+                # the client's JSONL copies /server_info, keys included: written privately, lands scrubbed
+                with access.private_output(jsonl) as written:
+                    argv = client_argv(
+                        protocol, point, **common, output_file=written, num_prompts=point.num_prompts,
+                        tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
+                    )  # fmt: skip
+                    with session.measured(recorder, f"{point.label} run {j}") as window:
+                        outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol, env)
+                session.scrub(folder)  # (its log, should the client ever print them)
                 error = limited(outcome, f"run {j}")
                 if error:
                     break  # (a hung server's counter would only keep the run waiting)
                 requests_seen = window.check(point.num_prompts + CLIENT_WARMUP_REQUESTS)
                 if requests_seen["foreign"]:
-                    error = integrity.foreign_line(
-                        f"{where['host']}: {point.input_len}/{point.output_len} C{point.concurrency} run {j}",
+                    error = session.foreign_line(
+                        f"{point.input_len}/{point.output_len} C{point.concurrency} run {j}",
                         requests_seen["foreign"],
                     )
                     print(f"[bench] {error}", file=sys.stderr, flush=True)
@@ -435,6 +468,9 @@ def run_serving(args: argparse.Namespace) -> int:
     ]
     if any(run.get("flushed") for p in points for run in p["runs"]):
         notes.append("prefix cache flushed after each client warm-up, before every measured run")
+    if protocol.server_env:
+        settings = ", ".join(server_env_lines(protocol.name, protocols_file))
+        notes.append(f"server environment of the protocol: {settings} (passed to the server by the deploy)")
     if dataset == "random-ids":
         notes.append(RANDOM_IDS_NOTE)
     if unchecked:
@@ -442,7 +478,7 @@ def run_serving(args: argparse.Namespace) -> int:
     if hung:
         notes.append(f"partial: {hung}; later points not run")
     notes += tel.get("warnings", [])
-    mine = re.compile(rf"{re.escape(where['arm'])}-{re.escape(protocol.name)}(-\d+)?\.result\.json")
+    mine = re.compile(rf"{re.escape(session.arm)}-{re.escape(protocol.name)}(-\d+)?\.result\.json")
     previous = sum(1 for f in out.iterdir() if mine.fullmatch(f.name))
     metrics = {
         "dataset": dataset
@@ -455,6 +491,7 @@ def run_serving(args: argparse.Namespace) -> int:
         "protocol_definition": protocol_definition(protocol, protocols_file),
         "repeats_planned": protocol.repeats,
         "flush_cache": protocol.flush_cache,
+        "server_env": dict(protocol.server_env),
         "request_timeout_s": protocol.request_timeout_s,
         "run_timeout_s": protocol.run_timeout_s,
         "partial": hung is not None,
@@ -463,17 +500,9 @@ def run_serving(args: argparse.Namespace) -> int:
         "telemetry": tel,
     }
     artifacts = [stem] + ([f"{stem}/{tel['file']}"] if tel.get("file") else [])
-    record = context.new_record(
-        "serving",
-        where,
-        protocol=protocol.name,
-        metrics=metrics,
-        notes=notes,
-        artifacts=artifacts,
-    )
-    path = results.write_result(out / f"{stem}.result.json", record)
-    failed = [p for p in points if p["status"] != "ok"]
-    print(f"[bench] {n - len(failed)}/{n} points ok -> {path}")
+    path = session.write(stem, protocol.name, metrics, notes, artifacts)
+    failed = [i for i, p in enumerate(points, 1) if p["status"] != "ok"]
+    print(f"[bench] {n - len(failed)}/{n} points ok{first_failure(protocol, points, failed)} -> {path}")
     return 1 if failed else 0
 
 
@@ -499,3 +528,12 @@ def register(subparsers) -> None:
         help="this visit's number in an A/B loop (default: $KDAKIT_VISIT); the report pairs the arms by it",
     )  # fmt: skip
     s.add_argument("--client-cmd", default=None, help=argparse.SUPPRESS)  # tests: a stand-in client
+
+
+if __name__ == "__main__":  # the deploy: python -m kdakit.bench.serving server-env PROTOCOL
+    if sys.argv[1:2] != ["server-env"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m kdakit.bench.serving server-env PROTOCOL")
+    try:
+        print(json.dumps(server_env_lines(sys.argv[2])))
+    except UsageError as exc:
+        sys.exit(f"kdakit bench: error: {exc}")

@@ -36,17 +36,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdakit.facts.errors import UsageError
-from kdakit.launch import access
 from kdakit.measure import bounded, context, integrity, telemetry
-from kdakit.records import results
+from kdakit.measure.session import Session, pick_protocol
 
 HERE = Path(__file__).parent
 PROTOCOLS_FILE = HERE / "protocols.toml"
 TASK_TEMPLATE = HERE / "gsm8k_kdakit.yaml"
 TASK_NAME = "gsm8k_kdakit"
 LM_EVAL_MODEL = "local-chat-completions"
-TOOLS = {"sglang-run-eval": "sglang", "lm-eval": "lm_eval"}  # tool -> the distribution that carries it
-METRICS = {"sglang-run-eval": ("numeric",), "lm-eval": ("strict", "flexible")}
+# tool -> the distribution that carries it
+TOOLS = {"sglang-run-eval": "sglang", "lm-eval": "lm_eval", "sgl-eval": "sgl-eval"}
+METRICS = {"sglang-run-eval": ("numeric",), "lm-eval": ("strict", "flexible"), "sgl-eval": ("symbolic",)}
+ACCEPT_UNREAD_NOTE = (
+    "no accept length: the server refused the cache flush that starts the run's count (SGLang's counters "
+    "would cover earlier requests too)"
+)
+SGL_EVAL_CLIENT = [sys.executable, "-m", "kdakit.evals.sgl_eval_client"]
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,41 @@ def run_eval_argv(protocol: Protocol, base_url: str, model: str, test_file: Path
     return argv
 
 
+def sgl_eval_argv(protocol: Protocol, base_url: str, model: str, data_dir: Path, raw: Path) -> list[str]:
+    """sgl-eval's GSM8K with the protocol's settings, on the kit's data (kdakit.evals.sgl_eval_client)."""
+    if protocol.num_fewshot:
+        raise UsageError(f"protocol {protocol.name!r}: sgl-eval's GSM8K is zero-shot (num_fewshot = 0)")
+    if protocol.extra_gen_kwargs:
+        extra = ", ".join(protocol.extra_gen_kwargs)
+        raise UsageError(f"protocol {protocol.name!r}: sgl-eval takes no {extra}")
+    argv = [*SGL_EVAL_CLIENT, "--gsm8k-dir", str(data_dir), "--prepared-dir", str(raw / "data")]
+    argv += ["run", "gsm8k", "--base-url", f"{base_url}/v1", "--model", model]
+    argv += ["--num-threads", str(protocol.num_concurrent), "--max-tokens", str(protocol.max_gen_toks)]
+    argv += ["--temperature", str(protocol.temperature)]
+    if protocol.top_p is not None:
+        argv += ["--top-p", str(protocol.top_p)]
+    if protocol.limit:
+        argv += ["--num-examples", str(protocol.limit)]
+    argv += ["--out-dir", str(raw / "sgl-eval")]
+    return argv
+
+
+def parse_sgl_eval(raw: Path) -> dict:
+    """The score sgl-eval wrote to its metrics.json (a partial run is no result)."""
+    found = sorted((raw / "sgl-eval").glob("sgl_eval_gsm8k_*/metrics.json"))
+    if not found:
+        raise RuntimeError(f"sgl-eval wrote no metrics.json under {raw / 'sgl-eval'}")
+    doc = json.loads(found[-1].read_text())
+    if doc.get("partial"):
+        raise RuntimeError(f"sgl-eval's run is partial ({found[-1].relative_to(raw)})")
+    return {
+        "accuracy_symbolic": float(doc["aggregate"]["score"]),
+        "n_questions": int(doc["num_examples"]),
+        "tool_latency_s": doc.get("latency_seconds"),
+        "results_file": str(found[-1].relative_to(raw)),
+    }
+
+
 def rows_scored(protocol: Protocol, test_rows: int) -> dict:
     """Which GSM8K rows a run scores and which it shows as shots, as each tool picks them."""
     if protocol.tool == "sglang-run-eval":
@@ -168,6 +208,11 @@ def rows_scored(protocol: Protocol, test_rows: int) -> dict:
             "shots": {"split": "test", "rows": list(range(protocol.num_fewshot)), "as": "one user message"},
         }
     count = min(protocol.limit or test_rows, test_rows)
+    if protocol.tool == "sgl-eval":
+        return {
+            "questions": {"split": "test", "first": 0, "count": count},
+            "shots": {"split": "none", "rows": [], "as": "zero-shot: sgl-eval's math prompt"},
+        }
     return {
         "questions": {"split": "test", "first": 0, "count": count},
         "shots": {"split": "train", "rows": None, "as": "chat turns",
@@ -278,9 +323,7 @@ def _tool_run(protocol: Protocol, argv: list[str], raw: Path, env: dict, model: 
 
 def run_gsm8k(args: argparse.Namespace) -> int:
     data, protocols = load_protocols(Path(args.protocols) if args.protocols else PROTOCOLS_FILE)
-    if args.protocol not in protocols:
-        raise UsageError(f"unknown protocol {args.protocol!r}; known: {', '.join(sorted(protocols))}")
-    protocol = protocols[args.protocol]
+    protocol = pick_protocol(protocols, args.protocol)
     overrides = {}
     if args.runs is not None:
         overrides["runs"] = args.runs
@@ -298,13 +341,9 @@ def run_gsm8k(args: argparse.Namespace) -> int:
     rows = rows_scored(protocol, test_rows)
     limited = rows["questions"]["count"] < full_rows
 
-    base_url = context.normalize_base_url(args.base_url)
-    bounded.require_server(base_url, ("/v1/models", "/health"), context.host_name(args))
-    info = context.server_info(base_url)
+    session = Session.open(args, "gsm8k", ("/v1/models", "/health"))
+    base_url = session.base_url
     model = args.model or context.served_model(base_url) or "default"
-    where = context.resolve(args, "gsm8k", info)
-    out: Path = where["out"]
-    out.mkdir(parents=True, exist_ok=True)
     version = tool_version(protocol.tool)
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -314,13 +353,13 @@ def run_gsm8k(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="kdakit-hf-") as hf_home:
         env["HF_HOME"] = hf_home  # the JSON dataset cache is per run and thrown away
         for j in range(1, protocol.runs + 1):
-            stem = context.fresh_stem(out, f"{where['arm']}-{protocol.name}-run{j}")
-            raw = out / stem
-            raw.mkdir(parents=True)
+            stem, raw = session.run_folder(f"{session.arm}-{protocol.name}-run{j}")
             if protocol.tool == "lm-eval":
                 include_dir = raw / "task"
                 write_task(include_dir, data_dir)
                 argv = lm_eval_argv(protocol, base_url, model, include_dir, raw / "lm-eval")
+            elif protocol.tool == "sgl-eval":
+                argv = sgl_eval_argv(protocol, base_url, model, data_dir, raw)
             else:
                 argv = run_eval_argv(protocol, base_url, model, data_dir / "test.jsonl")
             q = rows["questions"]
@@ -331,13 +370,15 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                 f"at {base_url}",
                 file=sys.stderr,
             )
+            flushed = session.flush_cache()  # the accept length read after the run is the run's
             recorder = telemetry.Recorder(raw / "telemetry.csv")
-            with recorder, recorder.window(f"run {j}"), integrity.Window(base_url) as window:
+            with recorder, session.measured(recorder, f"run {j}") as window:
                 outcome = _tool_run(protocol, argv, raw, env, model)
+            accept = session.accept_length() if outcome.ok else None
             # the kit's own count is known once the results are read; a run that hung or failed has no
             # result to protect, and a hung server's counter would only keep it waiting
             counted = window.check(0) if outcome.ok else integrity.NOT_READ
-            access.scrub_tree(raw)
+            session.scrub(raw)
             log_name = f"{protocol.tool}.log"
             metrics = {
                 "run_index": j,
@@ -357,6 +398,7 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                 "request_timeout_s": protocol.request_timeout_s,
                 "run_timeout_s": protocol.run_timeout_s,
                 "http_errors": bounded.http_error_counts([(raw / log_name).read_text(errors="replace")]),
+                "accept_length": accept if flushed else None,
                 "telemetry": recorder.summary,
             }
             artifacts = [f"{stem}/{log_name}"]
@@ -366,10 +408,9 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                     failure = f"{protocol.tool} exited {outcome.code}; log kept in {raw / log_name}"
                     metrics["status"] = "failed"
                 else:
-                    failure = bounded.hung_line(
-                        f"gsm8k run {j}", where["host"], base_url, outcome, protocol.request_timeout_s,
-                        protocol.run_timeout_s,
-                    )  # fmt: skip
+                    failure = session.limit_line(
+                        f"gsm8k run {j}", outcome, protocol.request_timeout_s, protocol.run_timeout_s
+                    )
                     metrics["status"] = "hung" if outcome.status == "stalled" else "timed out"
             else:
                 try:
@@ -382,6 +423,10 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                             "shots": {**rows["shots"], "rows_per_question": per_question},
                         }
                         artifacts.append(f"{stem}/lm-eval/{parsed.pop('results_file')}")
+                    elif protocol.tool == "sgl-eval":
+                        parsed = parse_sgl_eval(raw)
+                        metrics["n_questions"] = parsed.pop("n_questions")
+                        artifacts.append(f"{stem}/{parsed.pop('results_file')}")
                     else:
                         parsed = parse_run_eval(raw)
                         artifacts += [f"{stem}/{p.name}" for p in sorted(raw.glob("run-eval-*"))]
@@ -397,8 +442,8 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                 metrics["requests"] = {"sent": sent, "server": counted["server"],
                                        "foreign": max(0, counted["server"] - sent)}  # fmt: skip
                 if metrics["requests"]["foreign"] and not failure:
-                    failure = integrity.foreign_line(
-                        f"{where['host']}: gsm8k {protocol.name} run {j}", metrics["requests"]["foreign"]
+                    failure = session.foreign_line(
+                        f"gsm8k {protocol.name} run {j}", metrics["requests"]["foreign"]
                     )
                     metrics["status"] = "failed"
             if metrics["http_errors"]:
@@ -420,18 +465,22 @@ def run_gsm8k(args: argparse.Namespace) -> int:
                     f"limited run: {q['count']} of the protocol's {full_rows} questions; not comparable with "
                     "the protocol's published number"
                 )
+            if not flushed:
+                notes.append(ACCEPT_UNREAD_NOTE)
+            elif accept is None and outcome.ok:
+                notes.append("no accept length: the server reports none (no speculative decoding)")
             notes += recorder.summary.get("warnings", []) + notes_extra
-            record = context.new_record(
-                "gsm8k", where, protocol=protocol.name, metrics=metrics, notes=notes, artifacts=artifacts
-            )
-            path = results.write_result(out / f"{stem}.result.json", record)
+            path = session.write(stem, protocol.name, metrics, notes, artifacts)
             if failure:
                 print(f"[gsm8k] {failure}; partial record -> {path}", file=sys.stderr)
                 return 3  # the server (or the tool) is not fit for the remaining runs
             chosen = metrics[f"accuracy_{protocol.verdict_metric}"]
             scores = ", ".join(f"{k} {metrics[f'accuracy_{k}']:.4f}" for k in METRICS[protocol.tool])
+            measured = metrics["accept_length"]
+            accept_text = "" if measured is None else f", accept length {measured:.3f}"
             print(
-                f"[gsm8k] run {j}/{protocol.runs}: {scores} on {metrics['n_questions']} questions; "
+                f"[gsm8k] run {j}/{protocol.runs}: {scores} on {metrics['n_questions']} questions"
+                f"{accept_text}; "
                 f"{protocol.verdict_metric} {chosen:.4f} vs threshold {protocol.threshold}: "
                 f"{metrics['verdict'].upper()} ({outcome.elapsed_s:.0f} s) -> {path}"
             )
@@ -456,7 +505,8 @@ def register(subparsers) -> None:
     g.add_argument(
         "--protocol",
         default="pr",
-        help="pr (the PR's test: SGLang's run_eval), lm-eval (the PR's settings in lm-eval), full (1319)",
+        help="pr (the Helion PR's test: SGLang's run_eval), lm-eval (its settings in lm-eval), full (the "
+        "CuTe-verify PR's 1319 questions with sgl-eval), full-lm-eval (the same in lm-eval)",
     )
     g.add_argument("--runs", type=int, default=None, help="override the protocol's number of runs")
     g.add_argument("--model", default=None, help="served model name (default: the server's /v1/models)")

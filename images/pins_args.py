@@ -21,6 +21,7 @@ BUILD_ARGS = {
     "SGLANG_VERSION": ("packages", "sglang"),
     "HELION_VERSION": ("packages", "helion"),
     "LM_EVAL_VERSION": ("packages", "lm-eval"),
+    "SGL_EVAL_VERSION": ("packages", "sgl-eval"),
     "CUDA_VERSION": ("cuda", "version"),
 }
 

@@ -7,12 +7,21 @@ KERNELS_PHASES ?=
 KERNELS_UPSTREAM ?=
 KERNELS_CONFIGS ?=
 
-.PHONY: kernels-bench kernels-bench-table kernels-fetch-upstream kernels-patch-check
+KERNELS_BUDGET ?=
+
+.PHONY: kernels-bench kernels-bench-table kernels-fetch-upstream kernels-patch-check kernels-sweep kernels-seeds
 
 kernels-bench: ## Time SGLang's Triton/Helion KDA kernels vs kdakit's on one GPU; prints the PR's table, writes JSON. Vars: KERNELS_RESULTS=results KERNELS_PHASES= KERNELS_RUN_ID= KERNELS_UPSTREAM=auto|installed|extracted KERNELS_CONFIGS=shipped|default|both
 	$(KDAKIT) kernels bench --results-dir $(KERNELS_RESULTS) $(if $(KERNELS_PHASES),--phases $(KERNELS_PHASES)) \
 	  $(if $(KERNELS_UPSTREAM),--upstream $(KERNELS_UPSTREAM)) $(if $(KERNELS_CONFIGS),--configs $(KERNELS_CONFIGS)) \
 	  $(if $(KERNELS_RUN_ID),--run-id $(KERNELS_RUN_ID))
+
+kernels-sweep: ## The small-token prefill PR's sweep (216 cases + T = 1 probes) of every Helion prefill against SGLang's Triton on one GPU. Vars: KERNELS_RESULTS=results KERNELS_RUN_ID=
+	$(KDAKIT) kernels sweep --results-dir $(KERNELS_RESULTS) $(if $(KERNELS_RUN_ID),--run-id $(KERNELS_RUN_ID))
+
+kernels-seeds: ## The seed PRs' kernel measurements in one bounded GPU call: per-layer verify table, then the sweep. Vars: KERNELS_RESULTS=results KERNELS_RUN_ID= KERNELS_BUDGET= (s)
+	$(KDAKIT) kernels seeds --results-dir $(KERNELS_RESULTS) $(if $(KERNELS_RUN_ID),--run-id $(KERNELS_RUN_ID)) \
+	  $(if $(KERNELS_BUDGET),--budget-s $(KERNELS_BUDGET))
 
 kernels-bench-table: ## Regenerate kernels/BENCH.md's current table from the newest record in measurements/kernels-bench/
 	$(KDAKIT) kernels bench-table --write

@@ -88,47 +88,54 @@ def _gate_cumsum_fn(
     cu_seqlens: torch.Tensor,  # [N+1]
     chunk_ends: torch.Tensor,  # [N] int64: packed chunk index after the last chunk of each sequence
     gcum_rows: torch.Tensor,  # [T*HV, K] fp32 out
-    spans: torch.Tensor,  # [M, 2] int64 out: token range [start, end) of every chunk slot
+    spans: torch.Tensor,  # [M, 2] int64 out: token range [start, end) of every real chunk
+    lanes: torch.Tensor,  # [P]: its size is the number of chunk lanes (values unused)
     lower_bound: float,
     gate_mode: hl.constexpr,
     has_bias: hl.constexpr,
     HV: hl.constexpr,
 ) -> torch.Tensor:
-    M = spans.size(0)
+    P = lanes.size(0)
+    N = chunk_ends.size(0)
     K = hl.specialize(g_rows.size(1))
     hl.specialize((g_rows.stride(0), gcum_rows.stride(0)))
     # K tiles: the cumsum runs down the 64 rows of each column on its own, so columns split freely into
     # more, smaller programs (a whole [64, 128] tile per program left the kernel latency-bound)
     block_kk = hl.register_block_size(16, K)
-    for tile_m, tile_h, tile_kk in hl.tile([M, HV, K], block_size=[1, 1, block_kk]):
-        # The only place that maps a chunk to its sequence (count the sequences whose chunks all end at or
-        # before it); the later kernels read the span. Every head writes the same span.
-        count = hl.zeros([1], dtype=torch.int32)
-        for tile_n in hl.tile(chunk_ends.size(0)):
-            ends = chunk_ends[tile_n]
-            count = count + (ends[None, :] <= tile_m.id).to(torch.int32).sum(1).to(torch.int32)
-        seq = torch.clamp(count, max=chunk_ends.size(0) - 1).long()
-        first = torch.where(seq > 0, chunk_ends[torch.clamp(seq - 1, min=0)], 0)
-        end = cu_seqlens[seq + 1].long()
-        start = cu_seqlens[seq].long() + (tile_m.id - first) * 64
-        pair = hl.arange(2)
-        hl.store(spans, [tile_m.id, pair], torch.where(pair == 0, start, end))
-        token = start + hl.arange(64)
-        valid = token < end
-        row = token * HV + tile_h.id
-        kk = tile_kk.index
-        x = hl.load(g_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
-        if gate_mode != 0:
-            if has_bias:
-                x = x + hl.load(dt_bias, [tile_h.id * K + kk]).float()[None, :]
-            a = torch.exp(hl.load(a_log, [tile_h.id]).float())
-            if gate_mode == 1:
-                soft = torch.where(x > 20.0, x, torch.log(1.0 + torch.exp(torch.clamp(x, max=20.0))))
-                x = -a * soft
-            else:
-                x = lower_bound * torch.sigmoid(a * x)
-        x = torch.where(valid[:, None], x * 1.4426950216293335, 0.0)
-        hl.store(gcum_rows, [row[:, None], kk[None, :]], hl.cumsum(x, 0), extra_mask=valid[:, None])
+    for tile_p, tile_h, tile_kk in hl.tile([P, HV, K], block_size=[1, 1, block_kk]):
+        # (names used inside the lane loop are bound before it: Helion hoists their index arithmetic)
+        hv = tile_h.id
+        chunks = chunk_ends[N - 1]
+        for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
+            m = tile_p.id + tile_s.id * P
+            # The only place that maps a chunk to its sequence (count the sequences whose chunks all end at
+            # or before it); the later kernels read the span. Every head writes the same span.
+            count = hl.zeros([1], dtype=torch.int32)
+            for tile_n in hl.tile(N):
+                ends = chunk_ends[tile_n]
+                count = count + (ends[None, :] <= m).to(torch.int32).sum(1).to(torch.int32)
+            seq = torch.clamp(count, max=N - 1).long()
+            first = torch.where(seq > 0, chunk_ends[torch.clamp(seq - 1, min=0)], 0)
+            end = cu_seqlens[seq + 1].long()
+            start = cu_seqlens[seq].long() + (m - first) * 64
+            pair = hl.arange(2)
+            hl.store(spans, [m, pair], torch.where(pair == 0, start, end))
+            token = start + hl.arange(64)
+            valid = token < end
+            row = token * HV + hv
+            kk = tile_kk.index
+            x = hl.load(g_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
+            if gate_mode != 0:
+                if has_bias:
+                    x = x + hl.load(dt_bias, [hv * K + kk]).float()[None, :]
+                a = torch.exp(hl.load(a_log, [hv]).float())
+                if gate_mode == 1:
+                    soft = torch.where(x > 20.0, x, torch.log(1.0 + torch.exp(torch.clamp(x, max=20.0))))
+                    x = -a * soft
+                else:
+                    x = lower_bound * torch.sigmoid(a * x)
+            x = torch.where(valid[:, None], x * 1.4426950216293335, 0.0)
+            hl.store(gcum_rows, [row[:, None], kk[None, :]], hl.cumsum(x, 0), extra_mask=valid[:, None])
     return gcum_rows
 
 
@@ -177,6 +184,8 @@ def _intra_chunk_fn(
     rnorm_q: torch.Tensor,  # [T*HV] fp32 out: 1/||q|| per token and value head (ones without the L2 norm)
     rnorm_k: torch.Tensor,  # [T*HV] fp32 out: 1/||k||
     spans: torch.Tensor,  # [M, 2] int64
+    chunk_count: torch.Tensor,  # [1] int64: the batch's real chunks (device data)
+    lanes: torch.Tensor,  # [P]: its size is the number of chunk lanes (values unused)
     akk_rows: torch.Tensor,  # [T*HV, 64] fp32 out: L (beta-scaled, strictly lower; blocks above not written)
     aqk_rows: torch.Tensor,  # [T*HV, 64] bf16 out: scaled causal Aqk, zeros above the diagonal
     scale: float,
@@ -192,97 +201,151 @@ def _intra_chunk_fn(
 
     Small programs (a [16, block_k] slice of q, k and the gate at a time) keep registers low, so many run
     per SM; the j < i blocks are a data-dependent loop, so no program computes blocks it does not need."""
-    M = spans.size(0)
+    P = lanes.size(0)
     K = hl.specialize(gcum_rows.size(1))
     hl.specialize((q_rows.stride(0), k_rows.stride(0), gcum_rows.stride(0)))
     block_k = hl.register_block_size(16, K)
-    for tile_m, tile_h, tile_i in hl.tile([M, HV, 4], block_size=[1, 1, 1]):
-        start = spans[tile_m.id, 0]
-        end = spans[tile_m.id, 1]
+    for tile_p, tile_h, tile_i in hl.tile([P, HV, 4], block_size=[1, 1, 1]):
+        # (names used inside the lane loop are bound before it: Helion hoists their index arithmetic)
         hv = tile_h.id
         col0 = (hv // GROUP) * K  # q/k head columns within a token row
-        lane = hl.arange(16)
-        tok_i = start + tile_i.id * 16 + lane
-        m_i = tok_i < end
-        row_i = tok_i * HV + hv
-        b_i = _load_beta(beta_rows, row_i, m_i, beta_is_raw)
-        # anchor rows (clamped in bounds; a block past the end stores nothing, any finite value will do)
-        mid_row = torch.clamp(torch.minimum(start + tile_i.id * 16 + 8, end - 1), min=0) * HV + hv
-        first_row = torch.clamp(torch.minimum(start + tile_i.id * 16, end - 1), min=0) * HV + hv
+        chunks = chunk_count[0]
+        for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
+            m = tile_p.id + tile_s.id * P
+            start = spans[m, 0]
+            end = spans[m, 1]
+            # row blocks past the chunk's end (a short last chunk) do nothing
+            if start + tile_i.id * 16 < end:
+                lane = hl.arange(16)
+                tok_i = start + tile_i.id * 16 + lane
+                m_i = tok_i < end
+                row_i = tok_i * HV + hv
+                b_i = _load_beta(beta_rows, row_i, m_i, beta_is_raw)
+                # anchor rows, clamped to the chunk's last row
+                mid_row = torch.clamp(torch.minimum(start + tile_i.id * 16 + 8, end - 1), min=0) * HV + hv
+                first_row = torch.clamp(torch.minimum(start + tile_i.id * 16, end - 1), min=0) * HV + hv
 
-        # diagonal block, factorised around its middle row (exponents of both factors stay small)
-        acc_kk = hl.zeros([16, 16], dtype=torch.float32)
-        acc_qk = hl.zeros([16, 16], dtype=torch.float32)
-        ssq_k = hl.zeros([16], dtype=torch.float32)
-        ssq_q = hl.zeros([16], dtype=torch.float32)
-        for tile_k in hl.tile(K, block_size=block_k):
-            cols = tile_k.index
-            ki = hl.load(k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]).float()
-            qi = hl.load(q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]).float()
-            gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
-            g_mid = hl.load(gcum_rows, [mid_row, cols])[None, :]
-            up = _exp2c(gi - g_mid)
-            kd = (ki * _exp2c(g_mid - gi)).T
-            acc_kk = acc_kk + _dot32(ki * up, kd)
-            acc_qk = acc_qk + _dot32(qi * up, kd)
-            ssq_k = ssq_k + (ki * ki).sum(1)
-            ssq_q = ssq_q + (qi * qi).sum(1)
-        if use_l2norm:
-            rk_i = torch.rsqrt(ssq_k + 1e-6)
-            rq_i = torch.rsqrt(ssq_q + 1e-6)
-        else:
-            rk_i = torch.where(m_i, 1.0, 1.0)
-            rq_i = rk_i
-        hl.store(rnorm_k, [row_i], rk_i, extra_mask=m_i)
-        hl.store(rnorm_q, [row_i], rq_i, extra_mask=m_i)
-        acc_kk = acc_kk * rk_i[:, None] * rk_i[None, :]
-        acc_qk = acc_qk * rq_i[:, None] * rk_i[None, :]
-        strict = lane[:, None] > lane[None, :]
-        causal = lane[:, None] >= lane[None, :]
-        diag_cols = tile_i.id * 16 + lane
-        l_diag = torch.where(strict & m_i[:, None], acc_kk * b_i[:, None], 0.0)
-        hl.store(akk_rows, [row_i[:, None], diag_cols[None, :]], l_diag, extra_mask=m_i[:, None])
-        a_diag = torch.where(causal, acc_qk * scale, 0.0).to(aqk_rows.dtype)
-        hl.store(aqk_rows, [row_i[:, None], diag_cols[None, :]], a_diag, extra_mask=m_i[:, None])
-        # Aqk rows are read whole by the state pass: zeros right of the diagonal block
-        for tile_z in hl.tile(tile_i.id * 16 + 16, 64, block_size=16):
-            zeros = hl.zeros([16, 16], dtype=aqk_rows.dtype)
-            hl.store(
-                aqk_rows, [row_i[:, None], (tile_z.begin + lane)[None, :]], zeros, extra_mask=m_i[:, None]
-            )
+                last_row = torch.clamp(torch.minimum(start + tile_i.id * 16 + 15, end - 1), min=0) * HV + hv
 
-        # blocks left of the diagonal, factorised around the first row of block i: both factors <= 1
-        for tile_j in hl.tile(tile_i.id * 16, block_size=16):
-            cols_j = tile_j.begin + lane  # the tile's 16 rows as columns of row block i
-            tok_j = start + cols_j
-            m_j = tok_j < end
-            row_j = tok_j * HV + hv
-            off_kk = hl.zeros([16, 16], dtype=torch.float32)
-            off_qk = hl.zeros([16, 16], dtype=torch.float32)
-            ssq_j = hl.zeros([16], dtype=torch.float32)
-            for tile_k in hl.tile(K, block_size=block_k):
-                cols = tile_k.index
-                ki = hl.load(k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]).float()
-                qi = hl.load(q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]).float()
-                gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
-                g_first = hl.load(gcum_rows, [first_row, cols])[None, :]
-                left = _exp2c(gi - g_first)
-                kj = hl.load(k_rows, [tok_j[:, None], col0 + cols[None, :]], extra_mask=m_j[:, None]).float()
-                gj = hl.load(gcum_rows, [row_j[:, None], cols[None, :]], extra_mask=m_j[:, None])
-                kr = (kj * _exp2c(g_first - gj)).to(torch.bfloat16).T
-                off_kk = off_kk + _dot32((ki * left).to(torch.bfloat16), kr)
-                off_qk = off_qk + _dot32((qi * left).to(torch.bfloat16), kr)
-                ssq_j = ssq_j + (kj * kj).sum(1)
-            if use_l2norm:
-                rk_j = torch.rsqrt(ssq_j + 1e-6)
-            else:
-                rk_j = torch.where(m_j, 1.0, 1.0)
-            off_kk = off_kk * rk_i[:, None] * rk_j[None, :]
-            off_qk = off_qk * rq_i[:, None] * rk_j[None, :]
-            l_off = torch.where(m_i[:, None], off_kk * b_i[:, None], 0.0)
-            hl.store(akk_rows, [row_i[:, None], cols_j[None, :]], l_off, extra_mask=m_i[:, None])
-            hl.store(aqk_rows, [row_i[:, None], cols_j[None, :]], (off_qk * scale).to(aqk_rows.dtype),
-                     extra_mask=m_i[:, None])  # fmt: skip
+                # Diagonal block. Factorised around its middle row, as two tensor-core dots, while every
+                # exponent of the two factors stays within +-FACTOR_SPAN log2 units (no factor or product
+                # overflows fp32); else (extreme decay, e.g. a softplus gate with a large A_log) column by
+                # column with each exp2(g_i - g_j) <= 1 formed directly.
+                spread = hl.zeros([block_k], dtype=torch.float32)
+                for tile_k in hl.tile(K, block_size=block_k):
+                    cols = tile_k.index
+                    top = hl.load(gcum_rows, [first_row, cols])
+                    centre = hl.load(gcum_rows, [mid_row, cols])
+                    bottom = hl.load(gcum_rows, [last_row, cols])
+                    spread = torch.maximum(spread, torch.maximum(top - centre, centre - bottom))
+                acc_kk = hl.zeros([16, 16], dtype=torch.float32)
+                acc_qk = hl.zeros([16, 16], dtype=torch.float32)
+                ssq_k = hl.zeros([16], dtype=torch.float32)
+                ssq_q = hl.zeros([16], dtype=torch.float32)
+                if torch.amax(spread, 0) <= 120.0:
+                    for tile_k in hl.tile(K, block_size=block_k):
+                        cols = tile_k.index
+                        ki = hl.load(
+                            k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
+                        ).float()
+                        qi = hl.load(
+                            q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
+                        ).float()
+                        gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                        g_mid = hl.load(gcum_rows, [mid_row, cols])[None, :]
+                        up = _exp2c(gi - g_mid)
+                        kd = (ki * _exp2c(g_mid - gi)).T
+                        acc_kk = acc_kk + _dot32(ki * up, kd)
+                        acc_qk = acc_qk + _dot32(qi * up, kd)
+                        ssq_k = ssq_k + (ki * ki).sum(1)
+                        ssq_q = ssq_q + (qi * qi).sum(1)
+                else:
+                    for tile_k in hl.tile(K, block_size=block_k):
+                        cols = tile_k.index
+                        ki = hl.load(
+                            k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
+                        ).float()
+                        qi = hl.load(
+                            q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
+                        ).float()
+                        gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                        for tile_c in hl.tile(16, block_size=1):
+                            # column c of the block is its row c (taken from the registers)
+                            row_c = lane[:, None] == tile_c.id
+                            kc = torch.where(row_c, ki, 0.0).sum(0)
+                            gc = torch.where(row_c, gi, 0.0).sum(0)
+                            # rows at or below column c decay (<= 1); the rows above are masked below
+                            e = torch.exp2(torch.clamp(gi - gc[None, :], max=0.0)) * kc[None, :]
+                            pick = lane[None, :] == tile_c.id
+                            acc_kk = acc_kk + torch.where(pick, (ki * e).sum(1)[:, None], 0.0)
+                            acc_qk = acc_qk + torch.where(pick, (qi * e).sum(1)[:, None], 0.0)
+                        ssq_k = ssq_k + (ki * ki).sum(1)
+                        ssq_q = ssq_q + (qi * qi).sum(1)
+                if use_l2norm:
+                    rk_i = torch.rsqrt(ssq_k + 1e-6)
+                    rq_i = torch.rsqrt(ssq_q + 1e-6)
+                else:
+                    rk_i = torch.where(m_i, 1.0, 1.0)
+                    rq_i = rk_i
+                hl.store(rnorm_k, [row_i], rk_i, extra_mask=m_i)
+                hl.store(rnorm_q, [row_i], rq_i, extra_mask=m_i)
+                acc_kk = acc_kk * rk_i[:, None] * rk_i[None, :]
+                acc_qk = acc_qk * rq_i[:, None] * rk_i[None, :]
+                strict = lane[:, None] > lane[None, :]
+                causal = lane[:, None] >= lane[None, :]
+                diag_cols = tile_i.id * 16 + lane
+                l_diag = torch.where(strict & m_i[:, None], acc_kk * b_i[:, None], 0.0)
+                hl.store(akk_rows, [row_i[:, None], diag_cols[None, :]], l_diag, extra_mask=m_i[:, None])
+                a_diag = torch.where(causal, acc_qk * scale, 0.0).to(aqk_rows.dtype)
+                hl.store(aqk_rows, [row_i[:, None], diag_cols[None, :]], a_diag, extra_mask=m_i[:, None])
+                # Aqk rows are read whole by the state pass: zeros right of the diagonal block
+                for tile_z in hl.tile(tile_i.id * 16 + 16, 64, block_size=16):
+                    zeros = hl.zeros([16, 16], dtype=aqk_rows.dtype)
+                    hl.store(
+                        aqk_rows,
+                        [row_i[:, None], (tile_z.begin + lane)[None, :]],
+                        zeros,
+                        extra_mask=m_i[:, None],
+                    )
+
+                # blocks left of the diagonal, factorised around the first row of block i: both factors <= 1
+                for tile_j in hl.tile(tile_i.id * 16, block_size=16):
+                    cols_j = tile_j.begin + lane  # the tile's 16 rows as columns of row block i
+                    tok_j = start + cols_j
+                    m_j = tok_j < end
+                    row_j = tok_j * HV + hv
+                    off_kk = hl.zeros([16, 16], dtype=torch.float32)
+                    off_qk = hl.zeros([16, 16], dtype=torch.float32)
+                    ssq_j = hl.zeros([16], dtype=torch.float32)
+                    for tile_k in hl.tile(K, block_size=block_k):
+                        cols = tile_k.index
+                        ki = hl.load(
+                            k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
+                        ).float()
+                        qi = hl.load(
+                            q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
+                        ).float()
+                        gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                        g_first = hl.load(gcum_rows, [first_row, cols])[None, :]
+                        left = _exp2c(gi - g_first)
+                        kj = hl.load(
+                            k_rows, [tok_j[:, None], col0 + cols[None, :]], extra_mask=m_j[:, None]
+                        ).float()
+                        gj = hl.load(gcum_rows, [row_j[:, None], cols[None, :]], extra_mask=m_j[:, None])
+                        kr = (kj * _exp2c(g_first - gj)).to(torch.bfloat16).T
+                        off_kk = off_kk + _dot32((ki * left).to(torch.bfloat16), kr)
+                        off_qk = off_qk + _dot32((qi * left).to(torch.bfloat16), kr)
+                        ssq_j = ssq_j + (kj * kj).sum(1)
+                    if use_l2norm:
+                        rk_j = torch.rsqrt(ssq_j + 1e-6)
+                    else:
+                        rk_j = torch.where(m_j, 1.0, 1.0)
+                    off_kk = off_kk * rk_i[:, None] * rk_j[None, :]
+                    off_qk = off_qk * rq_i[:, None] * rk_j[None, :]
+                    l_off = torch.where(m_i[:, None], off_kk * b_i[:, None], 0.0)
+                    hl.store(akk_rows, [row_i[:, None], cols_j[None, :]], l_off, extra_mask=m_i[:, None])
+                    hl.store(aqk_rows, [row_i[:, None], cols_j[None, :]], (off_qk * scale).to(aqk_rows.dtype),
+                             extra_mask=m_i[:, None])  # fmt: skip
     return aqk_rows
 
 
@@ -317,13 +380,19 @@ def _invert_rows(akk_rows, tinv_rows, start, end, hv, HV):
 def _solve_fn(
     akk_rows: torch.Tensor,  # [T*HV, 64] fp32: L (strictly lower blocks)
     spans: torch.Tensor,  # [M, 2] int64
+    chunk_count: torch.Tensor,  # [1] int64: the batch's real chunks (device data)
+    lanes: torch.Tensor,  # [P]: its size is the number of chunk lanes (values unused)
     tinv_rows: torch.Tensor,  # [T*HV, 64] bf16 out: (I + L)^-1, zeros above the diagonal
     HV: hl.constexpr,
 ) -> torch.Tensor:
     """One program per (chunk, value head): Tinv = (I + L)^-1 (see `_invert_rows`)."""
-    M = spans.size(0)
-    for tile_m, tile_h in hl.tile([M, HV], block_size=[1, 1]):
-        _invert_rows(akk_rows, tinv_rows, spans[tile_m.id, 0], spans[tile_m.id, 1], tile_h.id, HV)
+    P = lanes.size(0)
+    for tile_p, tile_h in hl.tile([P, HV], block_size=[1, 1]):
+        hv = tile_h.id
+        chunks = chunk_count[0]
+        for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
+            m = tile_p.id + tile_s.id * P
+            _invert_rows(akk_rows, tinv_rows, spans[m, 0], spans[m, 1], hv, HV)
     return tinv_rows
 
 
@@ -335,6 +404,8 @@ def _recompute_wk_fn(
     rnorm_q: torch.Tensor,  # [T*HV] fp32
     rnorm_k: torch.Tensor,  # [T*HV] fp32
     spans: torch.Tensor,  # [M, 2] int64
+    chunk_count: torch.Tensor,  # [1] int64: the batch's real chunks (device data)
+    lanes: torch.Tensor,  # [P]: its size is the number of chunk lanes (values unused)
     tinv_rows: torch.Tensor,  # [T*HV, 64] bf16
     w_rows: torch.Tensor,  # [T*HV, K] out: Tinv diag(beta) (k exp Gamma)
     kg_rows: torch.Tensor,  # [T*HV, K] out: k exp(Gamma_last - Gamma)
@@ -346,44 +417,47 @@ def _recompute_wk_fn(
     GROUP: hl.constexpr,
 ) -> torch.Tensor:
     """One program per (chunk, value head, K tile): W, kg, qg and the chunk decay for those columns."""
-    M = spans.size(0)
+    P = lanes.size(0)
     K = hl.specialize(gcum_rows.size(1))
     hl.specialize((q_rows.stride(0), k_rows.stride(0), gcum_rows.stride(0)))
     block_k = hl.register_block_size(16, K)
-    for tile_m, tile_h, tile_c in hl.tile([M, HV, K], block_size=[1, 1, block_k]):
-        start = spans[tile_m.id, 0]
-        end = spans[tile_m.id, 1]
+    for tile_p, tile_h, tile_c in hl.tile([P, HV, K], block_size=[1, 1, block_k]):
         hv = tile_h.id
-        token = start + hl.arange(64)
-        valid = token < end
-        row = token * HV + hv
-        cols = tile_c.index
-        qk_cols = (hv // GROUP) * K + cols
-        tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
-        beta = _load_beta(beta_rows, row, valid, beta_is_raw)
-        # last row of the chunk (padding chunks: any in-bounds row; nothing of theirs is stored but decay)
-        last = torch.clamp(torch.minimum(start + 63, end - 1), min=0)
-        g_last = hl.load(gcum_rows, [last * HV + hv, cols])
-        hl.store(decay_rows, [tile_m.id * HV + hv, cols], torch.exp2(torch.clamp(g_last, max=0.0)))
-        gam = hl.load(gcum_rows, [row[:, None], cols[None, :]], extra_mask=valid[:, None])
-        rk = hl.load(rnorm_k, [row], extra_mask=valid)
-        k = (
-            hl.load(k_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
-            * rk[:, None]
-        )
-        eg = torch.exp2(torch.clamp(gam, max=0.0))
-        kb = (k * eg * beta[:, None]).to(torch.bfloat16)
-        hl.store(w_rows, [row[:, None], cols[None, :]], _dot32(tinv, kb).to(w_rows.dtype),
-                 extra_mask=valid[:, None])  # fmt: skip
-        kg = k * torch.exp2(torch.clamp(g_last[None, :] - gam, max=0.0))
-        hl.store(kg_rows, [row[:, None], cols[None, :]], kg.to(kg_rows.dtype), extra_mask=valid[:, None])
-        rq = hl.load(rnorm_q, [row], extra_mask=valid)
-        q = (
-            hl.load(q_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
-            * rq[:, None]
-        )
-        hl.store(qg_rows, [row[:, None], cols[None, :]], (q * eg * scale).to(qg_rows.dtype),
-                 extra_mask=valid[:, None])  # fmt: skip
+        chunks = chunk_count[0]
+        for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
+            m = tile_p.id + tile_s.id * P
+            start = spans[m, 0]
+            end = spans[m, 1]
+            token = start + hl.arange(64)
+            valid = token < end
+            row = token * HV + hv
+            cols = tile_c.index
+            qk_cols = (hv // GROUP) * K + cols
+            tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
+            beta = _load_beta(beta_rows, row, valid, beta_is_raw)
+            # last row of the chunk (padding chunks: any in-bounds row; nothing of theirs is stored but decay)
+            last = torch.clamp(torch.minimum(start + 63, end - 1), min=0)
+            g_last = hl.load(gcum_rows, [last * HV + hv, cols])
+            hl.store(decay_rows, [m * HV + hv, cols], torch.exp2(torch.clamp(g_last, max=0.0)))
+            gam = hl.load(gcum_rows, [row[:, None], cols[None, :]], extra_mask=valid[:, None])
+            rk = hl.load(rnorm_k, [row], extra_mask=valid)
+            k = (
+                hl.load(k_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
+                * rk[:, None]
+            )
+            eg = torch.exp2(torch.clamp(gam, max=0.0))
+            kb = (k * eg * beta[:, None]).to(torch.bfloat16)
+            hl.store(w_rows, [row[:, None], cols[None, :]], _dot32(tinv, kb).to(w_rows.dtype),
+                     extra_mask=valid[:, None])  # fmt: skip
+            kg = k * torch.exp2(torch.clamp(g_last[None, :] - gam, max=0.0))
+            hl.store(kg_rows, [row[:, None], cols[None, :]], kg.to(kg_rows.dtype), extra_mask=valid[:, None])
+            rq = hl.load(rnorm_q, [row], extra_mask=valid)
+            q = (
+                hl.load(q_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
+                * rq[:, None]
+            )
+            hl.store(qg_rows, [row[:, None], cols[None, :]], (q * eg * scale).to(qg_rows.dtype),
+                     extra_mask=valid[:, None])  # fmt: skip
     return w_rows
 
 
@@ -391,28 +465,33 @@ def _recompute_u_fn(
     v_rows: torch.Tensor,  # [T, HV*V] in: v, out: U
     beta_rows: torch.Tensor,  # [T*HV]
     spans: torch.Tensor,  # [M, 2] int64
+    chunk_count: torch.Tensor,  # [1] int64: the batch's real chunks (device data)
+    lanes: torch.Tensor,  # [P]: its size is the number of chunk lanes (values unused)
     tinv_rows: torch.Tensor,  # [T*HV, 64] bf16
     beta_is_raw: hl.constexpr,
     HV: hl.constexpr,
 ) -> torch.Tensor:
     """One program per (chunk, value head, V tile): U = Tinv diag(beta) v, written over v (read first)."""
-    M = spans.size(0)
+    P = lanes.size(0)
     V = hl.specialize(v_rows.size(1)) // HV
     hl.specialize(v_rows.stride(0))
     block_v = hl.register_block_size(16, V)
-    for tile_m, tile_h, tile_v in hl.tile([M, HV, V], block_size=[1, 1, block_v]):
-        start = spans[tile_m.id, 0]
-        end = spans[tile_m.id, 1]
+    for tile_p, tile_h, tile_v in hl.tile([P, HV, V], block_size=[1, 1, block_v]):
         hv = tile_h.id
-        token = start + hl.arange(64)
-        valid = token < end
-        row = token * HV + hv
-        tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
-        beta = _load_beta(beta_rows, row, valid, beta_is_raw)
-        v_cols = hv * V + tile_v.index
-        vt = hl.load(v_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
-        u = _dot32(tinv, (vt * beta[:, None]).to(torch.bfloat16))
-        hl.store(v_rows, [token[:, None], v_cols[None, :]], u.to(v_rows.dtype), extra_mask=valid[:, None])
+        chunks = chunk_count[0]
+        for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
+            m = tile_p.id + tile_s.id * P
+            start = spans[m, 0]
+            end = spans[m, 1]
+            token = start + hl.arange(64)
+            valid = token < end
+            row = token * HV + hv
+            tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
+            beta = _load_beta(beta_rows, row, valid, beta_is_raw)
+            v_cols = hv * V + tile_v.index
+            vt = hl.load(v_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
+            u = _dot32(tinv, (vt * beta[:, None]).to(torch.bfloat16))
+            hl.store(v_rows, [token[:, None], v_cols[None, :]], u.to(v_rows.dtype), extra_mask=valid[:, None])
     return v_rows
 
 
@@ -643,6 +722,9 @@ def _configure_from_env() -> None:
 _configure_from_env()
 
 
+MAX_STATE_TILE = 64
+
+
 def widened_block_v(block_v: int, programs_per_tile: int, V: int, sms: int) -> int:
     """The state pass's V tile: the configured one, doubled while its programs (programs_per_tile =
     sequences x value heads, per V tile) outnumber the SMs and a wider tile can bring them within one wave.
@@ -650,9 +732,13 @@ def widened_block_v(block_v: int, programs_per_tile: int, V: int, sms: int) -> i
     Each program runs one sequence's whole chain of chunks and takes a whole SM (its pipelined operands fill
     shared memory), so a second wave doubles the time; at 2x4096 tokens the whole prefill ran 469 us with a
     32-wide tile (128 programs) against 584 us with 16-wide (256 programs, two waves) on the H200. Beyond
-    one wave at V, keep the configured tile (many short sequences: more, smaller programs)."""
+    one wave at V, keep the configured tile (many short sequences: more, smaller programs).
+
+    The tile never widens past MAX_STATE_TILE: a 128-wide tile's pipeline stages need more shared memory than
+    the H200 has, and a prefill graph with 8 sequence slots at 16 heads asked for exactly that (its fallback
+    to fewer stages then compiled inside the graph capture, which CUDA refuses)."""
     width = block_v
-    while width < V and programs_per_tile * math.ceil(V / width) > sms:
+    while width < min(V, MAX_STATE_TILE) and programs_per_tile * math.ceil(V / width) > sms:
         width *= 2
     return width if programs_per_tile * math.ceil(V / width) <= sms else block_v
 
@@ -729,7 +815,6 @@ def _launch_within_shared_memory(kernel, args: tuple):
 
 
 _lanes_cache: dict[tuple, torch.Tensor] = {}
-_positions_cache: dict[tuple, torch.Tensor] = {}
 
 
 def _lane_ids(lanes: int, device) -> torch.Tensor:
@@ -739,21 +824,8 @@ def _lane_ids(lanes: int, device) -> torch.Tensor:
     return _lanes_cache[key]
 
 
-def _sequence_count(cu: torch.Tensor) -> torch.Tensor:
-    """[1] int64 on the device: the index after the last sequence with tokens (no host sync). Empty
-    sequences before it are run (they change nothing); the graph tables' empty slots after it are not."""
-    n = cu.numel() - 1
-    key = (n, str(cu.device))
-    if key not in _positions_cache:
-        _positions_cache[key] = torch.arange(1, n + 1, dtype=torch.int64, device=cu.device)
-    return (_positions_cache[key] * (cu[1:] > cu[:-1])).amax().reshape(1)
-
-
 def _is_pow2(n: int) -> bool:
     return n >= 16 and n & (n - 1) == 0
-
-
-_fixed_ends: dict[tuple, torch.Tensor] = {}
 
 
 _fixed_cus: dict[tuple, torch.Tensor] = {}
@@ -766,19 +838,59 @@ def _fixed_cu(B: int, T: int, device) -> torch.Tensor:
     return _fixed_cus[key]
 
 
-def _chunk_ends(cu_seqlens: torch.Tensor | None, B: int, T: int, device) -> tuple[torch.Tensor, int]:
-    """Inclusive cumsum of the chunk counts per sequence [N] (int64, on the device, no host sync) and an
-    upper bound M on the number of chunks. Programs past the last chunk find an empty row range."""
+def _tables_fn(
+    cu_seqlens: torch.Tensor,  # [N+1]
+    ends: torch.Tensor,  # [N] int64 out: packed chunk index after the last chunk of each sequence
+    counts: torch.Tensor,  # [2] int64 out: the real chunks; the index after the last sequence with tokens
+) -> torch.Tensor:
+    """One program: the chunk map every later kernel reads, from cu_seqlens on the device (no host sync).
+    Empty sequences before the last one with tokens are run by the state pass (they change nothing); the
+    graph tables' empty slots after it are not."""
+    N = ends.size(0)
+    for tile_one in hl.tile(1, block_size=1):
+        chunks = hl.zeros([tile_one], dtype=torch.int64)
+        last = hl.zeros([tile_one], dtype=torch.int64)
+        for tile_n in hl.tile(N):
+            n = tile_n.index
+            lengths = (cu_seqlens[n + 1] - cu_seqlens[n]).long()
+            per_seq = (lengths + 63) // 64
+            hl.store(ends, [n], hl.cumsum(per_seq, 0) + chunks)
+            chunks = chunks + per_seq.sum(0)
+            last = torch.maximum(last, torch.where(lengths > 0, n + 1, 0).amax(0))
+        hl.store(counts, [tile_one.index], chunks)
+        hl.store(counts, [tile_one.index + 1], last)
+    return counts
+
+
+_tables_kernel = helion.kernel(
+    _tables_fn,
+    static_shapes=False,
+    config=helion.Config(block_sizes=[128], num_warps=4, num_stages=1, indexing="pointer"),
+    key=_size_one_key,
+    ignore_warnings=_IGNORED,
+)
+_fixed_tables: dict[tuple, tuple] = {}
+
+
+def _chunk_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device) -> tuple:
+    """(ends [N] int64, counts [2] int64, M): the inclusive cumsum of the chunk counts per sequence, the
+    batch's real chunks and sequences (all on the device, no host sync), and an upper bound M on the
+    chunks (the chunk-indexed buffers' rows). Varlen tables are one small kernel launch; fixed-length ones
+    are constants, cached."""
     if cu_seqlens is None:
         per_seq = math.ceil(T / CHUNK)
         key = (B, per_seq, str(device))
-        if key not in _fixed_ends:
-            _fixed_ends[key] = torch.arange(1, B + 1, dtype=torch.int64, device=device) * per_seq
-        return _fixed_ends[key], max(B * per_seq, 1)
+        if key not in _fixed_tables:
+            ends = torch.arange(1, B + 1, dtype=torch.int64, device=device) * per_seq
+            counts = torch.tensor([B * per_seq, B], dtype=torch.int64, device=device)
+            _fixed_tables[key] = (ends, counts)
+        return (*_fixed_tables[key], max(B * per_seq, 1))
     n = cu_seqlens.numel() - 1
-    ends = torch.cumsum((cu_seqlens[1:] - cu_seqlens[:-1] + (CHUNK - 1)) // CHUNK, 0)
+    ends = torch.empty(n, dtype=torch.int64, device=device)
+    counts = torch.empty(2, dtype=torch.int64, device=device)
+    _tables_kernel(cu_seqlens, ends, counts)
     slots = math.ceil(T / CHUNK) if n == 1 else T // CHUNK + n
-    return ends, max(slots, 1)
+    return ends, counts, max(slots, 1)
 
 
 def chunk_kda(
@@ -853,7 +965,7 @@ def chunk_kda(
         raise ValueError(f"initial_state_indices must have one slot per sequence ({N})")
     total = B * T
     kernels = _kernels_for(_bucket(total, H, HV, K, V, initial_state.dtype), q.device)
-    ends, slots = _chunk_ends(cu_seqlens, B, total if cu_seqlens is not None else T, q.device)
+    ends, counts, slots = _chunk_tables(cu_seqlens, B, total if cu_seqlens is not None else T, q.device)
 
     # token rows [T, heads*dim] with any row stride: views of SGLang's packed conv output stay views
     q_rows = q.reshape(total, H * K)
@@ -884,27 +996,31 @@ def chunk_kda(
     rnorm_k = torch.empty_like(rnorm_q)
     spans = torch.empty(slots, 2, dtype=torch.int64, device=dev)
     l2norm, raw_beta, group = bool(use_qk_l2norm_in_kernel), bool(beta_is_raw), HV // H
+    # One program per chunk lane (and head, tile): a lane runs the real chunks p, p + P, ... (their count is
+    # device data), so the empty chunk slots of a CUDA graph's tables cost no program.
+    chunk_lanes = _lane_ids(slots if cu_seqlens is None else max(1, math.ceil(total / CHUNK)), dev)
+    chunk_count = counts[:1]
     kernels["gate"](
-        g_rows, a_log, bias, cu, ends, gcum, spans,
+        g_rows, a_log, bias, cu, ends, gcum, spans, chunk_lanes,
         float(lower_bound if lower_bound is not None else 0.0), gate_mode, has_bias, HV,
     )  # fmt: skip
     akk = torch.empty(total * HV, CHUNK, dtype=torch.float32, device=dev)
     aqk = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
     kernels["intra"](
-        q_rows, k_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, akk, aqk, float(scale),
-        l2norm, raw_beta, HV, group,
+        q_rows, k_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, chunk_count, chunk_lanes, akk, aqk,
+        float(scale), l2norm, raw_beta, HV, group,
     )  # fmt: skip
     tinv = torch.empty(total * HV, CHUNK, dtype=act, device=dev)
-    kernels["solve"](akk, spans, tinv, HV)
+    kernels["solve"](akk, spans, chunk_count, chunk_lanes, tinv, HV)
     w = torch.empty(total * HV, K, dtype=act, device=dev)
     kg = torch.empty_like(w)
     qg = torch.empty_like(w)
     decay = torch.empty(slots * HV, K, dtype=torch.float32, device=dev)
     kernels["recompute_wk"](
-        q_rows, k_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, tinv, w, kg, qg, decay, float(scale),
-        raw_beta, HV, group,
+        q_rows, k_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, chunk_count, chunk_lanes, tinv, w, kg, qg,
+        decay, float(scale), raw_beta, HV, group,
     )  # fmt: skip
-    kernels["recompute_u"](v_rows, beta_rows, spans, tinv, raw_beta, HV)
+    kernels["recompute_u"](v_rows, beta_rows, spans, chunk_count, chunk_lanes, tinv, raw_beta, HV)
 
     has_track = track_state is not None
     if has_track:
@@ -919,7 +1035,7 @@ def chunk_kda(
     state_kernel, lanes = _state_kernel(kernels["state"], N, HV, V, dev)
     _launch_within_shared_memory(state_kernel, (
         w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
-        track_rows, track_chunk, _lane_ids(lanes, dev), _sequence_count(cu), has_track, HV,
+        track_rows, track_chunk, _lane_ids(lanes, dev), counts[1:], has_track, HV,
     ))  # fmt: skip
     return (out, None) if output_intermediate_states else out
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run-step.sh PLAYBOOK ANSIBLE_PLAYBOOK ARGS...: runs one step playbook. On SIGINT or SIGTERM it stops
 # ansible-playbook and its workers, then runs interrupted.yml (beside PLAYBOOK) with the same arguments, which
-# removes on every host the containers the step started; exits 130 (SIGINT) or 143 (SIGTERM).
+# removes on every host the containers the step started (a measuring step's folder gets an interrupted.json
+# saying so); exits 130 (SIGINT) or 143 (SIGTERM).
 set -u
 playbook=$1
 ansible_playbook=$2
@@ -17,7 +18,8 @@ interrupted() {
   kill -TERM -- "-$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   echo "interrupted: removing the containers $step started, on every host" >&2
-  "$ansible_playbook" "$(dirname "$playbook")/interrupted.yml" "$@" -e "kdakit_step=$step" >/dev/null 2>&1 ||
+  "$ansible_playbook" "$(dirname "$playbook")/interrupted.yml" "$@" -e "kdakit_step=$step" \
+    -e "kdakit_interrupt_signal=$([ "$status" = 130 ] && echo SIGINT || echo SIGTERM)" >/dev/null 2>&1 ||
     echo "interrupted: the cleanup of $step failed on some host; run make teardown" >&2
   exit "$status"
 }

@@ -13,9 +13,13 @@ kdakit_slurm = $(KDAKIT) slurm $(1) $(if $(SLURM_SETTINGS),--settings $(SLURM_SE
 	$(foreach s,$(SLURM_SET),--set=$(s)) --results $(RESULTS) $(if $(DRY_RUN),--dry-run) \
 	$(if $(BENCH_PROTOCOL),--protocol $(BENCH_PROTOCOL))
 
+# Without a settings file the kit runs on the defaults; say which file a site writes first.
+kdakit_slurm_site_note = $(if $(SLURM_SETTINGS),,echo "slurm: no site settings (slurm/site.toml): the defaults apply; create slurm/site.toml from slurm/site.example.toml (or pass SLURM_SETTINGS=<file>)" >&2;)
+
 .PHONY: slurm-preflight slurm-script image-squashfs
 
 slurm-preflight: setup ## Slurm: its commands and controller, the partition and its time limit, the runtime (pyxis, docker) and sbatch --test-only of the A/B's script. Vars: SLURM_SETTINGS= SLURM_SET= SKU=<kdakit skus>
+	@$(kdakit_slurm_site_note)
 	$(call kdakit_slurm,preflight) --sku $(SKU) --run-id preflight
 
 slurm-script: setup ## Slurm: print the A/B allocation's job script. Vars: SLURM_SETTINGS= SLURM_SET= SKU=<kdakit skus> ARMS= BENCH_PROTOCOL= RUN_ID=

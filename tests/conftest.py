@@ -64,6 +64,30 @@ def pytest_configure(config):
         from tests.infra import images
 
         os.environ[images.SESSION_ENV] = f"{os.uname().nodename}-{os.getpid()}-{time.time_ns()}"
+        from tests.infra import checkout
+
+        config.kdakit_checkout_before = checkout.state()
+
+
+def pytest_terminal_summary(terminalreporter):
+    # Which test groups a machine without their Debian packages skipped, and the one command that adds them.
+    if hasattr(terminalreporter.config, "workerinput"):
+        return
+    from tests.infra import packages
+
+    reasons = [
+        str(r.longrepr[2]) if isinstance(r.longrepr, tuple) else str(r.longrepr)
+        for r in terminalreporter.stats.get("skipped", [])
+    ]
+    terminalreporter.config.kdakit_package_lines = packages.summary(reasons)
+
+
+def pytest_unconfigure(config):
+    # after pytest's own closing line, so that they are the run's last words
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    lines = getattr(config, "kdakit_checkout_lines", []) + getattr(config, "kdakit_package_lines", [])
+    for line in lines if reporter else []:
+        reporter.write_line(line, yellow=True, bold=True)
 
 
 def pytest_sessionfinish(session):
@@ -71,6 +95,14 @@ def pytest_sessionfinish(session):
     # controller sees, after all of them, what the whole session used (its ledger).
     if hasattr(session.config, "workerinput"):
         return
+    from tests.infra import checkout
+
+    # Tests leave nothing in the checkout (results and out folders go under a temporary or cache folder).
+    left = checkout.left_behind(getattr(session.config, "kdakit_checkout_before", None), checkout.state())
+    if left:
+        lines = [f"kdakit: the tests left {len(left)} path(s) in the checkout {checkout.REPO}:"] + left[:20]
+        session.config.kdakit_checkout_lines = lines
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     from tests.infra import images
 
     if images.session_used_cache():

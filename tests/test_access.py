@@ -182,3 +182,15 @@ def test_scrub_tree_replaces_the_keys_in_raw_files(tmp_path):
     changed = access.scrub_tree(tmp_path, [API_KEY])
     assert changed == [tmp_path / "a" / "run1.jsonl"]
     assert API_KEY not in (tmp_path / "a" / "run1.jsonl").read_text()
+
+
+def test_a_tools_output_is_written_privately_and_lands_scrubbed(tmp_path):
+    key = "run-key-" + "k" * 35
+    target = tmp_path / "results" / "run1.jsonl"
+    target.parent.mkdir()
+    with access.private_output(target, [key]) as written:
+        assert written.parent.stat().st_mode & 0o777 == 0o700 and tmp_path not in written.parents
+        written.write_text(f'{{"server_info": {{"api_key": "{key}"}}}}\n')  # as SGLang's client does
+        assert not target.exists()  # nothing in the results holds the key, at any moment
+    assert target.read_text() == '{"server_info": {"api_key": "<redacted>"}}\n'
+    assert not written.parent.exists()

@@ -250,7 +250,11 @@ def test_median_of_three_warmups_and_failures_kept(real_run, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "point 1/3 (32/16, C1): 200.00 output tok/s (median of 100.00, 300.00, 200.00)" in captured.err
     assert "point 2/3 (64/8, C4): FAILED: run 2: completed 7 of 8 requests" in captured.err
-    assert "1/3 points ok" in captured.out
+    # the closing line (the rollout's summary shows it): the first failed point, its run, cause and record
+    (closing,) = [line for line in captured.out.splitlines() if "points ok" in line]
+    assert closing.startswith("[bench] 1/3 points ok; point 2/3 (64/8, C4): run 2: completed 7 of 8 requests")
+    assert closing.endswith(f" (and 1 more) -> {tmp_path / 'o' / 'triton-tiny.result.json'}"), closing
+    assert "━" not in captured.err + captured.out  # not a terminal: no progress bar
     # Not a terminal: one plain progress line per step, with point, run, elapsed and ETA.
     assert "[bench] point 1/3 (32/16, C1) run 2/3: elapsed " in captured.err
     assert "[bench] point 3/3 (64/8, C8) warm-up: elapsed " in captured.err and ", ETA " in captured.err

@@ -154,8 +154,10 @@ def test_pr_protocol_is_sglang_run_eval_with_the_prs_rows_shots_and_flags(tmp_pa
     expected = sum(not fake.is_wrong(i, rate, seed) for i in scored) / 100
     assert code == (0 if expected >= 0.93 else 1)
 
-    requests = [json.loads(line) for line in request_log.read_text().splitlines()]
+    log = [json.loads(line) for line in request_log.read_text().splitlines()]
+    requests = [r for r in log if "event" not in r]
     assert len(requests) == 200  # two runs of 100 questions, nothing else generated
+    assert [i for i, r in enumerate(log) if "event" in r] == [0, 101]  # a flush before each run
     for run in (requests[:100], requests[100:]):
         assert sorted(r["question_row"] for r in run) == list(scored)
     for r in requests:
@@ -281,11 +283,18 @@ def test_argv_follows_the_protocols():
     assert model_args["base_url"] == "http://h:30000/v1/chat/completions"
     assert model_args["num_concurrent"] == 8 and model_args["tokenized_requests"] is False
     assert protocols["lm-eval"].runs == 2 and protocols["lm-eval"].threshold == 0.93
-    full = gsm8k.lm_eval_argv(protocols["full"], "http://h:30000", "llm", Path("/i"), Path("/o"))
+    full = gsm8k.lm_eval_argv(protocols["full-lm-eval"], "http://h:30000", "llm", Path("/i"), Path("/o"))
     assert "--limit" not in full
     assert json.loads(full[full.index("--gen_kwargs") + 1]) == {
         "temperature": 1.0, "max_gen_toks": 16384, "do_sample": True, "top_p": 0.95
     }  # fmt: skip
+    sgl = gsm8k.sgl_eval_argv(protocols["full"], "http://h:30000", "llm", Path("/d"), Path("/r"))
+    assert " ".join(sgl[1:]) == (
+        "-m kdakit.evals.sgl_eval_client --gsm8k-dir /d --prepared-dir /r/data run gsm8k "
+        "--base-url http://h:30000/v1 --model llm --num-threads 64 --max-tokens 16384 --temperature 1.0 "
+        "--top-p 0.95 --out-dir /r/sgl-eval"
+    )  # every question: no --num-examples; the key never on the command line
+    assert protocols["full"].tool == "sgl-eval" and protocols["full-lm-eval"].tool == "lm-eval"
 
 
 def test_data_is_checked_and_shipped():
@@ -301,4 +310,70 @@ def test_usage_errors_are_one_line(tmp_path, capsys):
     assert cli.main(["eval", "gsm8k", "--base-url", "http://127.0.0.1:9", "--protocol", "pr"]) == 2
     assert "no server answers at http://127.0.0.1:9" in capsys.readouterr().err
     assert cli.main(["eval", "gsm8k", "--base-url", "http://127.0.0.1:9", "--protocol", "nope"]) == 2
-    assert "unknown protocol 'nope'; known: full, lm-eval, pr" in capsys.readouterr().err
+    assert "unknown protocol 'nope'; known: full, full-lm-eval, lm-eval, pr" in capsys.readouterr().err
+
+
+def test_full_protocol_is_sgl_eval_on_the_kits_data_with_the_runs_accept_length(tmp_path, monkeypatch):
+    """`full` runs the real sgl-eval 0.1.3 on the shipped questions (prepared by its own script, no download;
+    the first 300 of 1319 here, for time) with the CuTe-verify PR's settings; the record carries the run's
+    accept length, which the flush before the run limits to the run's own requests (the double's accept
+    length drifts per request)."""
+    request_log = tmp_path / "requests.jsonl"
+    rate, seed, accept, drift, n = 0.03, 5, 3.25, 0.0001, 300
+    keys = {
+        access.API_KEY_ENV: "sgl-eval-api-" + "t" * 30,
+        access.ADMIN_API_KEY_ENV: "sgl-eval-admin-" + "u" * 30,
+    }
+    for name, value in keys.items():
+        monkeypatch.setenv(name, value)
+    proc, url = fake.start_background(
+        "--error-rate", str(rate), "--seed", str(seed), "--accept-length", str(accept), "--accept-drift",
+        str(drift), "--request-log", str(request_log), "--enable-metrics",
+        "--api-key", keys[access.API_KEY_ENV], "--admin-api-key", keys[access.ADMIN_API_KEY_ENV],
+    )  # fmt: skip
+    try:
+        for _ in range(3):  # earlier traffic the run's accept length must not include
+            body = json.dumps({"model": "llm", "messages": [{"role": "user", "content": "hi"}]}).encode()
+            request = urllib.request.Request(
+                f"{url}/v1/chat/completions",
+                data=body,
+                headers={
+                    "Authorization": f"Bearer {keys[access.API_KEY_ENV]}",
+                    "Content-Type": "application/json",
+                },
+            )
+            urllib.request.urlopen(request, timeout=10).read()
+        code = cli.main(
+            ["eval", "gsm8k", "--base-url", url, "--protocol", "full", "--out", str(tmp_path / "g"),
+             "--run-id", "t5", "--host", "node-5", "--sku", "b200", "--arm", "cutedsl", "--limit", str(n)]
+        )  # fmt: skip
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert code == 0
+    log = [json.loads(line) for line in request_log.read_text().splitlines()]
+    assert [e.get("event") for e in log[3:4]] == ["flush"]
+    run = log[4:]
+    assert sorted(r["question_row"] for r in run) == list(range(n))
+    for r in run:
+        assert (r["temperature"], r["top_p"], r["max_tokens"]) == (1.0, 0.95, 16384)
+        assert r["messages"] == ["user"] and r["shot_rows"] == [] and r["endpoint"] == "/v1/chat/completions"
+    assert max(r["in_flight"] for r in run) <= 64
+    record = results.read_result(tmp_path / "g" / "cutedsl-full-run1.result.json")
+    m = record["metrics"]
+    expected = sum(not fake.is_wrong(i, rate, seed) for i in range(n)) / n
+    assert (m["status"], m["verdict_metric"], m["n_questions"], m["limited"]) == ("ok", "symbolic", n, True)
+    assert m["accuracy_symbolic"] == pytest.approx(expected, abs=1e-12)
+    assert m["tool"]["name"] == "sgl-eval" and m["tool"]["version"] == "0.1.3"
+    assert m["accept_length"] == pytest.approx(sum(r["accept_length"] for r in run) / len(run))
+    assert m["requests"] == {"sent": n, "server": n, "foreign": 0}
+    raw = tmp_path / "g" / m["raw_dir"]
+    prepared = [json.loads(line) for line in (raw / "data" / "test.jsonl").read_text().splitlines()]
+    assert len(prepared) == 1319 and prepared[0]["expected_answer"] == 18  # sgl-eval's own preparation
+    assert "--num-examples 300" in " ".join(m["tool"]["argv"])
+    md = report.write_report(tmp_path / "g", tmp_path / "report")[0].read_text()
+    row = next(line for line in md.splitlines() if "| cutedsl | full | sgl-eval 0.1.3 |" in line)
+    assert f"| {expected:.4f} |" in row and f"| {m['accept_length']:.3f} | 3.477 (GB300, 003_" in row
+    for path in (tmp_path / "g").rglob("*"):
+        if path.is_file():
+            assert not any(k.encode() in path.read_bytes() for k in keys.values()), path

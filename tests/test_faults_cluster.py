@@ -27,13 +27,15 @@ import pytest
 import yaml
 
 from kdakit.launch import hostlock
-from tests.infra import dockerd, images, sshhosts, stub_kdakit_image
+from tests.infra import dockerd, images, keyscan, sshhosts, stub_kdakit_image
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 REPO = Path(__file__).resolve().parent.parent
 HOSTS_ROOT = images.CACHE / "fault-hosts"
 MODEL_MOUNT = "/models/GLM-5.3-Flash"
+# Every run's secrets, noted from the hosts' env files while each make runs (tests/infra/keyscan.py).
+KEYS = keyscan.Ledger()
 LINE = re.compile(r'^\s*"msg": "((h\d): [a-z0-9-]+ (?:ok|failed|unreachable|skipped).*)"$', re.M)
 
 
@@ -87,6 +89,25 @@ def cluster(tmp_path_factory):
         sshhosts.down(hosts)
 
 
+def _env_roots(cluster) -> list[Path]:
+    return [h.root / "state" for h in cluster["hosts"].values()]
+
+
+def _run_roots(cluster) -> list[Path]:
+    """Every run directory: the controller's results and each host's."""
+    return [cluster["work"] / "results"] + [h.root / "results" for h in cluster["hosts"].values()]
+
+
+@pytest.fixture(autouse=True)
+def no_key_in_any_run_directory(cluster):
+    """After each case: no file of any run (faults included) holds a key of any run."""
+    yield
+    files = KEYS.assert_clean(*_run_roots(cluster))
+    print(
+        f"key scan: {len(KEYS.secrets)} secret(s) of every run, {files} file(s) of every run directory: none"
+    )
+
+
 def make(cluster, target: str, *variables: str, results: Path | None = None, timeout: float = 600, env=None):
     extra = f"-e @{cluster['work'] / 'settings.yml'}"
     variables = [f"EXTRA={extra} {v[6:]}" if v.startswith("EXTRA=") else v for v in variables]
@@ -96,7 +117,7 @@ def make(cluster, target: str, *variables: str, results: Path | None = None, tim
            f"INVENTORY={cluster['inventory']}", f"RESULTS={results or cluster['work'] / 'results'}",
            *variables]  # fmt: skip
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json", **(env or {}))
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = keyscan.run_noting(KEYS, cmd, _env_roots(cluster), timeout, cwd=REPO, env=env)
     (cluster["work"] / f"{target}-{time.monotonic_ns()}.log").write_text(proc.stdout + proc.stderr)
     return proc
 
@@ -143,6 +164,7 @@ def _interrupt(
         time.sleep(0.5)
     os.killpg(proc.pid, sig)  # what Ctrl-C (or a scheduler's SIGTERM) does to the whole job
     out, err = proc.communicate(timeout=180)
+    KEYS.note(*_env_roots(cluster))
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
@@ -169,6 +191,11 @@ def test_run_a_unreachable_interrupted_and_lost_hosts(cluster):
             assert f"interrupted: removing the containers {step} started, on every host" in stopped.stderr
             for h in (h1, h2):
                 assert kit_containers(h) == ["kdakit-sglang"], (step, h.name)
+                folder = (
+                    h.root / "results" / "f-a" / "helion" / {"eval-gsm8k": "gsm8k", "bench": "bench"}[step]
+                )
+                record = json.loads((folder / "interrupted.json").read_text())
+                assert (record["step"], record["signal"]) == (step, signal.Signals(sig).name), record
         gsm8k = make(cluster, "eval-gsm8k", run, "EXTRA=--limit h1:h2:h3")  # the re-run works
         assert lines(gsm8k) == {
             "h1": "h1: eval-gsm8k ok",
@@ -262,9 +289,10 @@ def test_run_b_deploy_faults_on_four_hosts_and_a_full_results_disk(cluster, tmp_
         assert lines(down)["h1"] == (
             f"h1: teardown failed (cannot reach the Docker engine at {h1.engine.host} (is dockerd running?))"
         ), lines(down)
-        record = rf"{results}/f-b/h\d/helion/provenance\.json"
-        full = re.search(rf"kdakit provenance: cannot write {record}: No space left on device", down.stdout)
-        assert full, down.stdout[-3000:]
+        # each host's line names its own record
+        record = rf"{results}/f-b/(h\d)/helion/provenance\.json"
+        full = re.findall(rf"kdakit provenance: (h\d): cannot write {record}: No space left", down.stdout)
+        assert full and all(a == b for a, b in full), down.stdout[-3000:]
         assert {p: p.read_bytes() for p in results.rglob("provenance.json")} == before  # whole, unchanged
         half = [p for p in results.rglob("*") if p.suffix in (".json", ".tmp") and p.stat().st_size == 0]
         assert not half and not list(results.rglob("*.tmp"))  # no 0-byte record, no temp file left
@@ -285,6 +313,7 @@ def test_run_b_deploy_faults_on_four_hosts_and_a_full_results_disk(cluster, tmp_
         for h in cluster["hosts"].values():
             if h is not h1:  # its engine is down
                 assert kit_containers(h) == [], h.name
+        KEYS.assert_clean(results)  # this run's results disk goes with the test
     finally:
         h1.engine = dockerd.start(root, netns=h1.netns)
         subprocess.run(["umount", "-l", str(results)], check=False)

@@ -62,7 +62,9 @@ def test_disk_full_is_one_line_with_the_path_and_leaves_nothing(small_disk):
         cwd=REPO,
     )  # fmt: skip
     assert proc.returncode == 1
-    assert proc.stderr.strip().startswith(f"kdakit provenance: cannot write {run}")
+    assert proc.stderr.strip().startswith(
+        f"kdakit provenance: h1: cannot write {run}/r1/h1/helion/provenance.json"
+    )
     assert proc.stderr.strip().endswith(f"No space left on device (0 B free on {small_disk})")
     assert not [p for p in run.rglob("*") if p.is_file()] if run.exists() else True
 
@@ -160,3 +162,64 @@ def test_a_part_left_in_the_staging_folder_is_no_record(tmp_path):
     collected = report_model.collect(tree)
     assert collected.skipped == [] and len(collected.records) == 1
     assert [p for p, _ in results.iter_results(tree)] == [arm / "gsm8k.result.json"]
+
+
+def test_a_read_only_results_folder_stops_collect_in_one_line(small_disk):
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    staged = small_disk / "r1" / "h1" / "helion" / ".collect-staged"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kdakit.records.controller_files", "prepare", "--staged", str(staged),
+         "--host", "h1", "--host-dir", "/srv/kdakit/results/r1/helion"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        f"collect: cannot write {staged.parent}: Read-only file system; the host's copies stay in"
+        " h1:/srv/kdakit/results/r1/helion. Fix: make the results folder writable (or pass RESULTS=<another"
+        " folder>) and run make collect again\n"
+    )
+
+
+def test_collected_diagnostics_are_private_and_the_staging_folder_too(tmp_path):
+    from kdakit.records import controller_files
+
+    dest = tmp_path / "dest"
+    staged = dest / ".collect-staged"
+    assert controller_files.prepare_staging(staged, "h1", "/host/run") is None
+    assert staged.stat().st_mode & 0o777 == 0o700
+    host = {"a.result.json": b"{}\n", "diag/kdakit-sglang.log": b"started\n"}
+    for rel, data in host.items():
+        (staged / rel).parent.mkdir(parents=True, exist_ok=True)
+        (staged / rel).write_bytes(data)
+        (staged / rel).chmod(0o644)  # as Ansible's fetch leaves them
+    manifest = [{"path": k, "size": len(v), "checksum": hashlib.sha1(v).hexdigest()} for k, v in host.items()]
+    assert controller_files.commit_collected(staged, dest, manifest) == []
+    assert (dest / "diag").stat().st_mode & 0o777 == 0o700
+    assert (dest / "diag" / "kdakit-sglang.log").stat().st_mode & 0o777 == 0o600
+    assert (dest / "a.result.json").stat().st_mode & 0o777 == 0o644  # records stay readable
+
+
+def test_each_hosts_record_failure_names_that_hosts_file_and_the_others_are_written(small_disk, tmp_path):
+    run = small_disk / "results"
+    elsewhere = tmp_path / "roomy"
+    (elsewhere / "helion").mkdir(parents=True)
+    (run / "r1").mkdir(parents=True)
+    (run / "r1" / "h2").symlink_to(elsewhere)  # h2's folder on a disk with room, h1's on the full one
+    _fill(small_disk)
+    outcomes = [{"host": h, "outcome": "ok", "cause": ""} for h in ("h1", "h2", "h3")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "kdakit.records.provenance", "record", "--results", str(run), "--run-id", "r1",
+         "--arm", "helion", "--step", "teardown"],
+        input=json.dumps(outcomes), capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines() == ["h1: teardown ok", "h2: teardown ok", "h3: teardown ok"]
+    assert proc.stderr.splitlines() == [
+        f"kdakit provenance: {h}: cannot write {run}/r1/{h}/helion/provenance.json: No space left on device"
+        f" (0 B free on {small_disk})"
+        for h in ("h1", "h3")
+    ]
+    assert (
+        json.loads((elsewhere / "helion" / "provenance.json").read_text())["steps"]["teardown"]["outcome"]
+        == "ok"
+    )

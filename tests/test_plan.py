@@ -84,7 +84,11 @@ def test_helion_and_upstream_differ_only_in_the_kernel_switch():
 
 @pytest.mark.parametrize("arm", sorted(profiles.arms()))
 def test_b200_differs_from_h200_exactly_in_the_prs_configuration_rows(arm):
-    h, b = flags_of(plan.render("h200", arm)), flags_of(plan.render("b200", arm))
+    b = flags_of(plan.render("b200", arm))
+    try:
+        h = flags_of(plan.render("h200", arm))
+    except UsageError as exc:
+        pytest.skip(f"no H200 plan to compare: {exc}")  # the refusal: tests/test_kernel_contracts.py
     assert changed(h, b) == {
         "--cuda-graph-max-bs-prefill",
         "--dsa-prefill-backend",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import shutil
 import socketserver
 import subprocess
@@ -100,7 +101,7 @@ class _FakeDocker(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/containers/srv/json"):
             body = json.dumps({"State": self.state}).encode()
         elif self.path.startswith("/containers/srv/logs"):
-            line = b"boot\nCUDA error: no device\n"
+            line = b"boot\nCUDA error: no device (api_key='sk-run-key-0123456789abcdef')\n"
             body = b"\x02\x00\x00\x00" + len(line).to_bytes(4, "big") + line
         else:
             self.send_response(404)
@@ -124,6 +125,8 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 def test_wait_ready_fails_fast_with_the_containers_last_log_line(tmp_path):
+    env_file = tmp_path / "server.env"
+    env_file.write_text("OPENAI_API_KEY=sk-run-key-0123456789abcdef\n")
     sock = tmp_path / "docker.sock"
     server = _UnixServer(str(sock), _FakeDocker)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -140,6 +143,8 @@ def test_wait_ready_fails_fast_with_the_containers_last_log_line(tmp_path):
                 "srv",
                 "--timeout",
                 "30",
+                "--env-file",
+                str(env_file),
             ],
             capture_output=True,
             text=True,
@@ -154,7 +159,7 @@ def test_wait_ready_fails_fast_with_the_containers_last_log_line(tmp_path):
         .splitlines()[-1]
         .startswith(
             "container srv exited with code 3 after 0 s before http://127.0.0.1:9/health answered; "
-            "last log line: CUDA error: no device. Fix: read diag/srv.log"
+            "last log line: CUDA error: no device (api_key='<redacted>'). Fix: read diag/srv.log"
         )
     )
 
@@ -175,7 +180,11 @@ def test_playbooks_mk_targets_are_listed_by_make_help():
         "lint-playbooks",
     ):
         assert f"  {target} " in out, target
-    assert "$(" not in out, [line for line in out.splitlines() if "$(" in line]  # every variable expanded
+    # every variable a help text names is shown with its value
+    assert "$(" not in out and "ab-h200, roll-up" in out
+    b200 = subprocess.run(["make", "--no-print-directory", "help", "SKU=b200"], cwd=REPO, capture_output=True,
+                          text=True).stdout  # fmt: skip
+    assert "kernels/configs/b200/" in b200
 
 
 @pytest.mark.parametrize("role", ["gsm8k", "bench"])
@@ -280,3 +289,98 @@ def test_become_in_the_wrong_place_is_caught(tmp_path, file, old, new):
     assert old in path.read_text()
     path.write_text(path.read_text().replace(old, new, 1))
     assert become_problems(root)
+
+
+def _render_measure_failure(output: str) -> str:
+    """The measuring step's fail message (roles/common/tasks/measure.yml), rendered by Ansible's templar as
+    the playbook renders it, for a container that printed output."""
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    tasks = yaml.safe_load((PLAYBOOKS / "roles" / "common" / "tasks" / "measure.yml").read_text())
+    (task,) = [
+        t for t in tasks if "ansible.builtin.fail" in t and "kdakit_measure_closing" in t.get("vars", {})
+    ]
+    defaults = yaml.safe_load((PLAYBOOKS / "roles" / "common" / "defaults" / "main.yml").read_text())
+    variables = {
+        "kdakit_measure_name": "bench", "kdakit_measure_command": ["bench", "serving"],
+        "kdakit_measure_run": {"status": 1, "container": {"Output": output}},
+        "kdakit_measure_lines": trust_as_template(defaults["kdakit_measure_lines"]),
+        "kdakit_measure_closing": trust_as_template(task["vars"]["kdakit_measure_closing"]),
+        "kdakit_results_dir": "/srv/results", "kdakit_run_id": "r1", "inventory_hostname": "h2",
+        "kdakit_arm": "helion",
+    }  # fmt: skip
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return templar.template(trust_as_template(task["ansible.builtin.fail"]["msg"]))
+
+
+def test_a_failed_bench_point_is_one_line_with_its_cause_and_record():
+    # what the bench container printed (stderr and stdout together), a progress bar's last frame included
+    output = (
+        "[bench] point 1/1 (48/12, C2) run 1/1: elapsed 0 s, ETA unknown\n"
+        "serving benchmark ━━━━━━━━━━━━━━━━━━━━ 1/1 elapsed 0:00:34 ETA 0:00:00\n"
+        "point 1/1 (48/12, C2): FAILED: run 1: client exited 1 (see i48-o12-c2/run1.log)\n"
+        "[bench] 0/1 points ok; point 1/1 (48/12, C2): run 1: client exited 1 (see i48-o12-c2/run1.log)"
+        " -> /results/bench/helion-smoke.result.json\n"
+    )
+    assert _render_measure_failure(output) == (
+        "bench: kdakit bench serving exited 1: 0/1 points ok; point 1/1 (48/12, C2): run 1: client exited 1"
+        " (see i48-o12-c2/run1.log) -> /srv/results/r1/h2/helion/bench/helion-smoke.result.json."
+        " Fix: read that record and the logs beside it"
+    )
+
+
+def _render(text: str, variables: dict) -> str:
+    """A template of the playbooks, rendered by Ansible's own templar (its Jinja keeps backslashes as they
+    are, unlike plain Jinja)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    trusted = {
+        k: trust_as_template(v) if isinstance(v, str) and "{{" in v else v for k, v in variables.items()
+    }
+    return Templar(loader=DataLoader(), variables=trusted).template(trust_as_template(text))
+
+
+def test_a_host_whose_record_could_not_be_written_names_its_own_file_only():
+    import yaml
+
+    tasks = yaml.safe_load((PLAYBOOKS / "tasks" / "summary.yml").read_text())
+    (fail,) = [t for t in tasks if "ansible.builtin.fail" in t]
+    stderr = [
+        "kdakit provenance: h1: cannot write /r/f-b/h1/helion/provenance.json: No space left on device",
+        "kdakit provenance: h10: cannot write /r/f-b/h10/helion/provenance.json: No space left on device",
+    ]
+    for host, outcome, expected_msg in (
+        ("h1", "ok", f"teardown ok; {stderr[0]}"),
+        ("h2", "failed", "teardown failed: docker down"),
+        ("h2", "ok", None),
+    ):
+        variables = {
+            "kdakit_step": "teardown", "kdakit_outcome": outcome, "inventory_hostname": host,
+            "kdakit_cause": "docker down" if outcome == "failed" else "",
+            "kdakit_recorded": {"rc": 1, "stderr_lines": stderr},
+            "kdakit_record_problem": fail["vars"]["kdakit_record_problem"],
+        }  # fmt: skip
+        fails = _render("{{ " + fail["when"] + " }}", variables)
+        assert fails is (expected_msg is not None), (host, outcome)
+        if expected_msg:
+            assert _render(fail["ansible.builtin.fail"]["msg"], variables) == expected_msg
+
+
+def test_every_diagnostic_of_a_container_is_scrubbed_as_it_is_written():
+    """The server's log and settings hold the run's keys (SGLang logs them at start): the collect role writes
+    each through the scrub filter, never to a file that a later pass cleans (a key on disk meanwhile)."""
+    import yaml
+
+    tasks = yaml.safe_load((PLAYBOOKS / "roles" / "collect" / "tasks" / "main.yml").read_text())
+    (gather,) = [t for t in tasks if "docker inspect" in t["name"]]
+    script = gather["ansible.builtin.shell"]["cmd"].replace("\\\n", " ")
+    writes = [line for line in script.splitlines() if re.search(r"\b(logs|container inspect)\b", line)]
+    assert len(writes) == 2, writes
+    for line in writes:
+        assert re.search(
+            r"\| \{\{ kdakit_collect_scrub \}\} > \{\{ c \| quote \}\}\.(log|inspect\.json)", line
+        ), line
+    assert "umask 077" in script

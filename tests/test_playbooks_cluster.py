@@ -27,7 +27,15 @@ import yaml
 
 from kdakit.launch import access
 from kdakit.report.model import load_published
-from tests.infra import bench_client_image, dockerd, fake_server_image, images, slurmcluster, sshhosts
+from tests.infra import (
+    bench_client_image,
+    dockerd,
+    fake_server_image,
+    images,
+    keyscan,
+    slurmcluster,
+    sshhosts,
+)
 
 _spec = importlib.util.spec_from_file_location(
     "kdakit_test_tiny_tokenizer_pb", Path(__file__).parent / "fakes" / "tiny_tokenizer.py"
@@ -55,6 +63,8 @@ warmup = false
 metric = "output_throughput"
 points = [{ input_len = 48, output_len = 12, concurrency = 2, num_prompts = 4 }]
 """  # must never reach a log or a result
+# Every secret any run of this module wrote into an env file (noted while each make runs), and the HF token.
+KEYS = keyscan.Ledger(SECRET)
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 
 
@@ -191,6 +201,26 @@ def cluster(tarballs, tmp_path_factory):
         sshhosts.down(hosts)  # idempotent
 
 
+def _env_roots(cluster) -> list[Path]:
+    """Where the runs' env files are: each host's state folder, and the results (Slurm's run state)."""
+    return [h.root / "state" for h in cluster["hosts"]] + [cluster["results"]]
+
+
+def _run_roots(cluster) -> list[Path]:
+    """Every run directory: the controller's results and each host's."""
+    return [cluster["results"]] + [h.root / "results" for h in cluster["hosts"]]
+
+
+@pytest.fixture(autouse=True)
+def no_key_in_any_run_directory(cluster):
+    """After each test: no file of any run (Ansible or Slurm, faults included) holds a key of any run."""
+    yield
+    files = KEYS.assert_clean(*_run_roots(cluster))
+    print(
+        f"key scan: {len(KEYS.secrets)} secret(s) of every run, {files} file(s) of every run directory: none"
+    )
+
+
 def make(cluster, target: str, *variables: str, timeout: float = 900) -> subprocess.CompletedProcess:
     """`make TARGET` from the repo root, as a user runs it (setup is done: -o keeps make from redoing it)."""
     extra = f"-e @{cluster['work'] / 'settings.yml'}"
@@ -202,7 +232,7 @@ def make(cluster, target: str, *variables: str, timeout: float = 900) -> subproc
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", PYTHONUNBUFFERED="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
                ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks")  # fmt: skip
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = keyscan.run_noting(KEYS, cmd, _env_roots(cluster), timeout, cwd=REPO, env=env)
     proc.seconds = time.monotonic() - t0
     log = cluster["work"] / f"{target}-{int(t0)}.log"
     log.write_text(proc.stdout + proc.stderr)
@@ -430,7 +460,7 @@ def make_slurm(cluster, slurm, target: str, *variables: str, timeout: float = 60
             cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = keyscan.run_noting(KEYS, cmd, _env_roots(cluster), timeout, cwd=REPO, env=env)
     print(f"make {target} SCHEDULER=slurm: rc={proc.returncode} in {time.monotonic() - t0:.1f} s")
     (cluster["work"] / f"slurm-{target}-{int(t0)}.log").write_text(proc.stdout + proc.stderr)
     return proc

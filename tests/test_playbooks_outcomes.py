@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,11 +47,20 @@ def rig(tmp_path_factory):
     return work
 
 
+def needs_ssh() -> None:
+    """gone1's line is ssh's own refusal: without an ssh client Ansible only loses the connection."""
+    if shutil.which("ssh") is None:
+        pytest.skip("ssh missing: install openssh-client (.ci/apt-packages.txt)")
+
+
 def play(rig, step: str, run_id: str = "r1", arm: str = "helion", *extra: str) -> subprocess.CompletedProcess:
     playbook = REPO / "playbooks" / f"{step}.yml"
     facts_file = facts.write(facts.extra_vars(rig / "results", run_id, arm, hosts="h200"), rig)
     cmd = [str(BIN / "ansible-playbook"), "-i", str(rig / "inventory.yml"), str(playbook),
-           "-e", f"@{facts_file}", *extra]  # fmt: skip
+           "-e", f"@{facts_file}",
+           # the host's folders as extra vars: the playbooks' group_vars/all.yml outranks the inventory's
+           "-e", f"kdakit_host_results_root={rig / 'host-results'}",
+           "-e", f"kdakit_host_state_dir={rig / 'state'}", *extra]  # fmt: skip
     # one connection attempt (ansible.cfg asks for three): the closed port answers at once anyway
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "playbooks" / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_CALLBACK_RESULT_FORMAT="json", ANSIBLE_SSH_ARGS="-o ConnectionAttempts=1")  # fmt: skip
@@ -66,6 +77,7 @@ def record(rig, host: str, run_id: str = "r1", arm: str = "helion") -> dict:
 
 
 def test_outcomes_are_true_and_never_upgraded(rig):
+    needs_ssh()
     deploy = play(rig, "deploy")
     assert deploy.returncode != 0
     got = lines(deploy)
@@ -120,3 +132,142 @@ def test_record_step_keeps_the_first_failure():
     assert provenance.earlier_failure(r).startswith("bench failed")
     with pytest.raises(ValueError):
         provenance.record_step(r, "x", "fine")
+
+
+FAKE_DOCKER = """#!/bin/sh
+# docker as the collect role calls it: the server's log and settings echo the env file's keys, as SGLang's do
+env_file={env_file}
+case "$1" in
+  logs) echo "server_args=ServerArgs(api_key='$(sed -n 's/^OPENAI_API_KEY=//p' $env_file)')"
+        echo "admin key $(sed -n 's/^KDAKIT_ADMIN_API_KEY=//p' $env_file) in use" ;;
+  container) printf '[{{"Args": ["--api-key", "%s"]}}]\\n' "$(sed -n 's/^OPENAI_API_KEY=//p' $env_file)" ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+def test_collected_diagnostics_are_scrubbed_as_written_and_private(rig):
+    """The collect role writes the server's log and settings through the scrub filter, 0600 in 0700 folders,
+    on the host and on the controller; no file of the run holds a key (tests/infra/keyscan.py)."""
+    from kdakit.launch import access
+    from tests.infra import keyscan
+
+    state = rig / "state"
+    state.mkdir(exist_ok=True)
+    env_file = state / "kdakit-sglang.env"
+    env_file.write_text(access.env_file_lines("keys"))
+    env_file.chmod(0o600)
+    docker = rig / "fake-docker"
+    docker.write_text(FAKE_DOCKER.format(env_file=env_file))
+    docker.chmod(0o755)
+    ledger = keyscan.Ledger()
+    ledger.note(state)
+    assert len(ledger.secrets) == 2
+    collect = play(rig, "collect", "keys", "helion", "-e", f"kdakit_docker_cli={docker}", "--limit", "local1")
+    assert lines(collect)["local1"] == "local1: collect ok", collect.stdout[-3000:]
+    for root in (rig / "host-results" / "keys" / "helion", rig / "results" / "keys" / "local1" / "helion"):
+        log = (root / "diag" / "kdakit-sglang.log").read_text()
+        assert log.startswith("server_args=ServerArgs(api_key='<redacted>')"), log
+        assert json.loads((root / "diag" / "kdakit-sglang.inspect.json").read_text()) == [
+            {"Args": ["--api-key", "<redacted>"]}
+        ]
+        assert (root / "diag").stat().st_mode & 0o777 == 0o700
+        for path in (root / "diag").iterdir():
+            assert path.stat().st_mode & 0o777 == 0o600, path
+    ledger.assert_clean(rig / "host-results", rig / "results")
+    env_file.unlink()
+
+
+def test_the_key_scan_names_a_file_a_key_was_written_to(tmp_path):
+    from kdakit.launch import access
+    from tests.infra import keyscan
+
+    state, run = tmp_path / "host" / "state", tmp_path / "results" / "r1" / "h1" / "helion" / "diag"
+    state.mkdir(parents=True)
+    run.mkdir(parents=True)
+    (state / "kdakit-sglang.env").write_text(access.env_file_lines("r1"))
+    ledger = keyscan.Ledger()
+    ledger.note(state)
+    api_key = access.parse_env_text((state / "kdakit-sglang.env").read_text())[access.API_KEY_ENV]
+    (run / "kdakit-sglang.log").write_text("api_key=<redacted>\n")
+    assert ledger.assert_clean(tmp_path / "results", tmp_path / "host") == 2  # the log and the env file
+    (run / "kdakit-sglang.inspect.json").write_text(f'["--api-key", "{api_key}"]')  # an unscrubbed write
+    with pytest.raises(
+        AssertionError, match=r"kdakit-sglang\.inspect\.json \(mode 0644\) holds the OPENAI_API_KEY"
+    ):
+        ledger.assert_clean(tmp_path / "results", tmp_path / "host")
+
+
+def test_a_teardown_that_cannot_reach_a_host_says_what_stays_there(rig):
+    needs_ssh()
+    down = play(rig, "teardown", "gone")
+    assert down.returncode != 0
+    line = lines(down)["gone1"]
+    assert re.fullmatch(
+        r"gone1: teardown unreachable \(ssh: connect to host 127\.0\.0\.1 port 9: .+; its server and key file"
+        r" stay on gone1: run make teardown again when it is back\)",
+        line,
+    ), line
+
+
+def test_an_interrupted_bench_leaves_a_record_saying_so(rig, tmp_path):
+    # what playbooks/run-step.sh runs after SIGINT during `make bench` (a state folder no other run locked)
+    signal = ("-e", "kdakit_interrupt_signal=SIGINT", "-e", f"kdakit_host_state_dir={tmp_path}")
+    play(rig, "interrupted", "cut", "helion", "-e", "kdakit_step=bench", *signal, "--limit", "local1")
+    record = json.loads((rig / "host-results" / "cut" / "helion" / "bench" / "interrupted.json").read_text())
+    assert {k: record[k] for k in ("kind", "step", "signal", "run_id", "host", "arm")} == {
+        "kind": "interrupted", "step": "bench", "signal": "SIGINT", "run_id": "cut", "host": "local1",
+        "arm": "helion",
+    }  # fmt: skip
+    assert record["note"].startswith(
+        "bench was interrupted (SIGINT on the controller) and its containers removed"
+    )
+
+
+def test_staged_image_tarballs_stay_for_a_redeploy_until_their_keep_days_or_purge(tmp_path):
+    stage = tmp_path / "images"
+    stage.mkdir()
+    fresh, old = stage / "kdakit-h200.tar.zst", stage / "kdakit-h200-earlier.tar.zst"
+    fresh.write_bytes(b"new")
+    old.write_bytes(b"old")
+    month_ago = time.time() - 30 * 86400
+    os.utime(old, (month_ago, month_ago))
+    playbook = tmp_path / "staged.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "hosts": "localhost", "gather_facts": False, "roles": ["common"],
+        "tasks": [{"ansible.builtin.include_role": {"name": "teardown", "tasks_from": "staged"}}],
+    }]))  # fmt: skip
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "playbooks" / "ansible.cfg"),
+               ANSIBLE_ROLES_PATH=str(REPO / "playbooks" / "roles"))  # fmt: skip
+
+    def teardown(*extra: str) -> None:
+        cmd = [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(playbook),
+               "-e", f"kdakit_image_stage_dir={stage}", "-e", "kdakit_become=false",
+               "-e", f"ansible_python_interpreter={sys.executable}", *extra]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stdout[-2000:]
+
+    teardown()  # the default 14 days: the month-old copy goes, the fresh one stays for a re-deploy
+    assert sorted(p.name for p in stage.iterdir()) == ["kdakit-h200.tar.zst"]
+    teardown("-e", "kdakit_purge=true")  # make teardown PURGE=1
+    assert list(stage.iterdir()) == []
+
+
+def test_a_read_only_results_folder_stops_collect_with_one_line_per_host(rig, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    results = tmp_path / "results"
+    results.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(results)], check=True)
+    try:
+        collect = play(
+            rig, "collect", "ro", "helion", "-e", f"kdakit_results_dir={results}", "--limit", "local1"
+        )
+    finally:
+        subprocess.run(["umount", "-l", str(results)], check=False)
+    assert lines(collect)["local1"] == (
+        f"local1: collect failed (collect: cannot write {results}/ro/local1/helion: Read-only file system;"
+        f" the host's copies stay in local1:{rig}/host-results/ro/helion. Fix: make the results folder"
+        " writable (or pass RESULTS=<another folder>) and run make collect again)"
+    )
+    assert "Unable to create local directories" not in collect.stdout  # no fetch tried, no error per file

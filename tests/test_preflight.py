@@ -130,3 +130,11 @@ def test_standalone_script_with_stand_in_nvidia_smi(tmp_path):
         "profile's GPU count, or fix missing GPUs (nvidia-smi -L, dmesg | grep -i xid)"
     )
     assert fails[-1] == "FAIL h9: preflight: 1 of 10 checks failed"
+
+
+def test_each_fix_that_points_elsewhere_names_the_variable():
+    assert "kdakit_image_disk_path" in pf.check_disk("/d", None, 100).fix
+    assert "kdakit_image_disk_path" in pf.check_disk("/d", int(5e9), 100).fix
+    assert "kdakit_model_path" in pf.check_model("/m", None).fix
+    assert "kdakit_sharegpt_path" in pf.check_dataset("sharegpt", "/s.json", False).fix
+    assert "kdakit_docker_host" in pf.check_docker(None, False)[0].fix

@@ -58,7 +58,7 @@ def test_reproduce_stops_at_preflight_before_any_build(tmp_path):
                          "EXTRA=-e kdakit_nvidia_smi=/nonexistent")  # fmt: skip
     assert proc.returncode != 0 and seconds < 30
     assert "preflight: stopping before any image build, pull or load" in proc.stdout
-    assert "docker" not in proc.stderr.lower() and "building it" not in proc.stdout
+    assert "docker" not in proc.stderr.lower() and "full image build" not in proc.stdout
 
 
 def test_reproduce_refuses_a_tarball_of_another_source(tmp_path):
@@ -106,7 +106,9 @@ def test_host_lines_parse_back():
     assert pf.parse_lines(text) == [verdicts[0], pf.Verdict("disk", True, "9.0 GB free", "")]
 
 
-@pytest.mark.parametrize(("protocol", "visits"), [("", 1), ("pr", 1), ("rigorous", 5)])
+# ("pr", 1) adds nothing to "" (one visit) and "rigorous" (the protocol passed); the sequential protocol's
+# loop has its own test below
+@pytest.mark.parametrize(("protocol", "visits"), [("", 1), ("rigorous", 5)])
 def test_ab_visits_the_arms_interleaved_as_the_bench_protocol_asks(tmp_path, protocol, visits):
     """ab-* runs every step per arm once for `pr`; for `rigorous` its `repeats` visits per arm, interleaved
     (triton, helion, triton, ...), GSM8K on the first visit only, the protocol passed to every step; unset,
@@ -154,3 +156,98 @@ def test_deploy_refuses_when_the_controller_cannot_hold_the_results(tmp_path):
     )
     assert (results / "LATEST").read_text() == "earlier-run\n"  # nothing written, nothing started
     assert "PLAY [" not in proc.stdout
+
+
+def test_ab_with_a_sequential_protocol_visits_until_the_stopping_rule_says_stop(tmp_path):
+    """BENCH_PROTOCOL=decisive: after each visit (both arms collected) the stopping rule reads the run's
+    records; the loop ends when it says stop (here: the records' own budget of 3 visits), not after the
+    protocol file's 20."""
+    import random
+
+    from kdakit.bench.serving import PROTOCOLS_FILE, load_protocols, protocol_definition
+
+    from kdakit.records import results
+
+    protocol = load_protocols()["decisive"]
+    kept = {**protocol_definition(protocol, PROTOCOLS_FILE), "max_visits": 3, "min_visits": 3}
+    staged, rng = tmp_path / "staged", random.Random(5)
+    run = {"index": 1, "completed": 8, "num_prompts": 8, "output_throughput": 1000.0,
+           "total_throughput": 5e3, "duration_s": 10.0, "raw_file": "x/run1.jsonl"}  # fmt: skip
+    for visit in range(1, 5):  # what each visit's collect brings back (a 4th: never reached)
+        for k, arm in enumerate(("triton", "helion")):
+            points = [
+                {
+                    "input_len": p.input_len,
+                    "output_len": p.output_len,
+                    "concurrency": p.concurrency,
+                    "num_prompts": p.num_prompts,
+                    "status": "ok",
+                    "runs": [run],
+                    "median_output_throughput": 1000.0 * (1 + rng.gauss(0, 0.05)),
+                }
+                for p in protocol.points
+            ]
+            metrics = {"dataset": "random-ids", "runs_per_point": 2, "visit": visit, "points": points,
+                       "protocol_definition": kept}  # fmt: skip
+            record = results.new_record("serving", run_id="t1", host="h1", sku="H200", arm=arm,
+                                        protocol="decisive", metrics=metrics,
+                                        provenance={"kdakit_version": "t", "git_sha": None, "image_id": None,
+                                                    "pins": {}, "gpus": [], "driver": None,
+                                                    "server_command": None})  # fmt: skip
+            record["created"] = f"2026-12-01T{visit:02d}:{k:02d}:00+00:00"
+            results.write_result(staged / str(visit) / "h1" / arm / f"serving-{visit}.result.json", record)
+    log, out = tmp_path / "calls.log", tmp_path / "results" / "t1"
+    fake = tmp_path / "ansible-playbook"
+    collect = f"mkdir -p {out} && cp -r {staged}/$visit/. {out}/"
+    fake.write_text(
+        f'#!/bin/sh\necho "$(basename "$1") $*" >> {log}\n'
+        'visit=$(echo "$*" | sed -n "s/.*kdakit_visit=\\([0-9]*\\).*/\\1/p")\n'
+        f'case "$*" in *collect.yml*kdakit_arm=helion*) {collect};; esac\n'
+    )
+    fake.chmod(0o755)
+    proc, _ = make("ab-h200", "PREFLIGHT_DONE=1", "BENCH_PROTOCOL=decisive", f"ANSIBLE_PLAYBOOK={fake}",
+                   f"RESULTS={tmp_path / 'results'}", "RUN_ID=t1", timeout=120)  # fmt: skip
+    visits = {line.split("kdakit_visit=")[1].split()[0] for line in log.read_text().splitlines()}
+    assert visits == {"1", "2", "3"}, proc.stdout
+    assert (
+        '== h200 after visit 3: {"stop": true, "visits": 3, "reason": "budget of 3 visits spent: '
+        in proc.stdout
+    )
+
+
+@pytest.mark.parametrize("limit", ["--limit h1", "-l h1", "--limit=h1"])
+def test_the_space_check_counts_the_hosts_the_limit_selects(tmp_path, limit):
+    inventory = tmp_path / "two.yml"
+    inventory.write_text(
+        "h200:\n  hosts:\n    h1: {ansible_connection: local}\n    h2: {ansible_connection: local}\n"
+    )
+    env_var = "KDAKIT_RESULTS_MB_PER_HOST_ARM=100000000"
+    proc, _ = make("deploy-h200", f"INVENTORY={inventory}", f"RESULTS={tmp_path / 'results'}", "RUN_ID=r",
+                   env_var, f"EXTRA={limit}")  # fmt: skip
+    (refusal,) = [x for x in proc.stdout.splitlines() if x.startswith("controller: ")]
+    assert "(1 host(s) x 1 arm(s))" in refusal, refusal
+    whole, _ = make("deploy-h200", f"INVENTORY={inventory}", f"RESULTS={tmp_path / 'results'}", "RUN_ID=r",
+                    env_var)  # fmt: skip
+    assert "(2 host(s) x 1 arm(s))" in whole.stdout, whole.stdout
+
+
+def test_reproduce_says_when_the_next_step_is_a_full_image_build(tmp_path):
+    # a preflight that passes (PY=/bin/true) and a builder that fails at once (DOCKER=/bin/false)
+    tarball = tmp_path / "kdakit-h200.tar.zst"
+    proc, _ = make("reproduce", f"FILE={tarball}", "PY=/bin/true", "DOCKER=/bin/false")
+    assert proc.returncode != 0
+    first = proc.stdout.splitlines()[0]
+    full = "the next step is a full image build (make image image-save SKU=h200: pulls "
+    assert first.startswith(f"image: no {tarball} yet: {full}"), first
+    assert first.endswith("Ctrl-C now to stop, or pass FILE=<a saved tarball>")
+
+
+def test_slurm_preflight_without_a_site_says_which_file_to_create(tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text("")
+    for settings, note in (("SLURM_SETTINGS=", True), (f"SLURM_SETTINGS={site}", False)):
+        # KDAKIT=/bin/true: the Slurm side (kdakit slurm preflight) is tests/test_slurm.py's
+        proc, _ = make("slurm-preflight", "KDAKIT=/bin/true", settings, f"RESULTS={tmp_path / 'results'}")
+        assert proc.returncode == 0, proc.stderr
+        said = "create slurm/site.toml from slurm/site.example.toml (or pass SLURM_SETTINGS=<file>)"
+        assert (said in proc.stderr) is note, proc.stderr

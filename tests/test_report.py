@@ -132,6 +132,10 @@ def build_fixture_tree(root: Path) -> Path:
     return root
 
 
+def _section(sections, title: str):
+    return next(s for s in sections if s.title == title)
+
+
 def test_report_matches_golden_markdown(tmp_path):
     root = build_fixture_tree(tmp_path / "results")
     md_path, html_path = report.write_report(root, tmp_path / "out")
@@ -169,10 +173,10 @@ def test_report_content_missing_and_verdicts(tmp_path):
         "| decode | 1 × 1 | 7.10 | 6.00 | -15.49% | 7.20 | 6.05 | -15.97% | -1.39% | -0.83% | 5.40 (-23.94%)"
         in md
     )
-    verdicts = {row[0]: (row[2], row[3]) for row in sections[1].blocks[0].rows}
+    verdicts = {row[0]: (row[2], row[4]) for row in _section(sections, "Verdicts").blocks[0].rows}
     parity = verdicts["Helion throughput is within ±1% of Triton on H200"]
-    # One visit per arm measures no visit-to-visit noise: never decisive; it says what would settle it.
-    assert re.fullmatch(r"cannot tell at this noise: \d+ more visits would settle it", parity[0])
+    # One visit per arm measures no visit-to-visit noise: never decisive, and no count of visits guessed
+    assert parity[0] == "cannot tell at this noise: one visit per arm (a sequential protocol settles it)"
     assert "4 cannot tell (of 4 measured points); 0 outside at the claim's 99.2 % per point" in parity[1]
     assert "; 2 point(s) missing or failed" in parity[1]
     # the PR's method is shown, labelled, beside the intervals' verdict
@@ -197,7 +201,8 @@ def test_a_median_outside_the_band_never_decides_the_claim_on_its_own(tmp_path):
     point = record["metrics"]["points"][1]
     point["runs"][0]["output_throughput"] = point["median_output_throughput"] = 2400.0  # -4.99% vs 2526
     results.write_result(path, record)
-    verdicts = {row[0]: row[2:] for row in report_sections.build(root, plots=False)[1].blocks[0].rows}
+    sections = report_sections.build(root, plots=False)
+    verdicts = {row[0]: (row[2], row[4]) for row in _section(sections, "Verdicts").blocks[0].rows}
     verdict, evidence = verdicts["Helion throughput is within ±1% of Triton on H200"]
     assert verdict.startswith("cannot tell at this noise")
     assert "PR's method (medians of runs, no interval): 3 of 4 measured points agree" in evidence
@@ -211,7 +216,7 @@ def test_html_is_self_contained_with_inline_plots(tmp_path):
     assert page.count('src="data:image/png;base64,') == 3
     assert not re.search(r"(src|href)=\"(https?:)?//", page), "no external resources"
     assert '<td class="nothold">does not hold</td>' in page  # GSM8K run 2 below its threshold
-    assert '<td class="missing">cannot tell at this noise: ' in page
+    assert '<td class="tell">cannot tell at this noise: ' in page
     assert (tmp_path / "out" / "report-plots" / "serving-ab-1-h200-a-pr.png").stat().st_size > 1000
 
 
@@ -294,9 +299,11 @@ def test_rigorous_verdicts_on_synthetic_runs_with_known_differences(tmp_path):
     assert rows[16]["verdict"] == "within ±1 %"
     judged = rows[48]["judged"]
     assert judged.more_visits > 5
-    assert (
-        rows[48]["verdict"] == f"cannot tell at this noise: {judged.more_visits} more visits would settle it"
+    chance = f"{100 * judged.settle_probability:.0f} %"
+    assert rows[48]["verdict"] == (
+        f"cannot tell at this noise: {judged.more_visits} more visits would settle it (probability {chance})"
     )
+    assert judged.settle_probability >= stats.SETTLE_PROBABILITY
     for c, true_ratio in ((1, 1.03), (16, 1.001), (48, 1.004)):
         ci = rows[c]["ci"]
         assert ci.paired and ci.n == 5 and ci.low < true_ratio < ci.high
@@ -309,7 +316,10 @@ def test_rigorous_verdicts_on_synthetic_runs_with_known_differences(tmp_path):
     assert "visits interleaved (ABAB…)." in md
     assert "| 4096 / 1024 | 16 | 2500.00 | 2502.50 | +0.10% |" in md and "| 5 / 5 | 1.0010 [" in md
     claim = next(line for line in md.splitlines() if "(protocol rigorous)" in line)
-    assert "| does not hold | 95 % intervals: 1 within ±1 %, 0 different but inside, 1 outside" in claim
+    assert (
+        "| does not hold | 5 of 5 planned visit(s) | 95 % intervals: 1 within ±1 %, 0 different but inside, "
+        "1 outside" in claim
+    )
     sections = report_sections.build(root)  # plots: error bars and the ratio plot render
     assert any(isinstance(b, report_model.Plot) and b.filename.startswith("serving-ratio-") for s in sections
                for b in s.blocks)  # fmt: skip
@@ -337,10 +347,10 @@ def test_reruns_are_repeats_counted_and_pooled_not_the_latest(tmp_path):
     rows = report_model.serving_rows(report_model.collect(root), report_model.load_published())
     row = next(r for r in rows if r["key"] == (4096, 1024, 1))
     assert (row["triton"], row["helion"]) == (200.0, 202.0)  # the median of the three repeats, not the last
-    assert row["ci_basis"] == "paired by visit id over 3 visit(s)"
+    assert row["ci_basis"] == "paired by visit id over 3 visit(s), Student t over the paired visits"
     assert report_model.visits_repeats_text(row["visits"]) == "3 / 3"
     md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
-    assert "triton: dataset random-ids, 2 runs per point, 3 repeat(s)" in md
+    assert "triton: dataset random-ids, 2 runs per point, 3 visit(s)" in md
 
 
 def test_lowercase_sku_from_the_playbooks_matches_the_published_numbers(tmp_path):
@@ -375,18 +385,21 @@ def test_gsm8k_published_matched_on_protocol_gpu_and_arm_and_limited_runs_never_
     assert len(rows) == 4
     assert "| h200-a | H200 | helion | pr | sglang-run-eval | 1 | 100 | — | — | 0.9800 |" in md
     assert any(
-        r.endswith("| 0.9800 | 0.93 | pass (numeric) | 0.9900 (000_73b73c95dc10b4a8) | -1.00 |") for r in rows
-    )
-    assert any(
-        r.endswith("| 0.9700 | 0.93 | pass (numeric) | not published (pr, H200, triton) | n/a |")
+        r.endswith(
+            "| 0.9800 | — | 0.93 | pass (numeric) | 0.9900 (000_73b73c95dc10b4a8) | -1.00 | — "
+            "| not published |"
+        )
         for r in rows
     )
     assert any(
-        "| B200 | helion |" in r and r.endswith("| not published (pr, B200, helion) | n/a |") for r in rows
+        r.endswith(
+            "| 0.9700 | — | 0.93 | pass (numeric) | not published (pr, H200, triton) | n/a | — "
+            "| not published |"
+        )
+        for r in rows
     )
-    assert any(
-        "| 20 limited |" in r and r.endswith("| limited run (20 of 100): not compared | n/a |") for r in rows
-    )
+    assert any("| B200 | helion |" in r and "| not published (pr, B200, helion) | n/a |" in r for r in rows)
+    assert any("| 20 limited |" in r and "| limited run (20 of 100): not compared | n/a |" in r for r in rows)
 
 
 def test_gsm8k_arm_differences_are_judged_against_run_to_run_noise(tmp_path):
@@ -430,7 +443,10 @@ def test_pairs_are_matched_by_visit_id_and_a_failed_visit_drops_only_its_pair(tm
     (row,) = [r for r in report_model.serving_rows(report_model.collect(root), report_model.load_published())
               if r["key"] == (4096, 1024, 1)]  # fmt: skip
     assert row["ci"].n == 4 and row["ci"].ratio == pytest.approx(1.0)
-    assert row["ci_basis"] == "paired by visit id over 4 visit(s)"
+    assert row["ci_basis"] == "paired by visit id over 4 visit(s), Student t over the paired visits"
+    # the ±10 % the server's speed drifts between visits is shared by both arms of a visit: the paired
+    # ratios cancel it, and nothing made of one arm's own visit-to-visit spread puts it back
+    assert row["kind"] == stats.WITHIN and row["ci"].high / row["ci"].low < 1.01
     # a visit with no record at all (the orchestrator's visit ids keep their place)
     root = _visit_tree(tmp_path / "results2", {v: x for v, x in drift.items() if v != 3}, helion)
     (row,) = [r for r in report_model.serving_rows(report_model.collect(root), report_model.load_published())
@@ -454,7 +470,8 @@ def test_verdict_styling_follows_meaning():
     assert report_render.cell_class("does not hold") == "nothold"
     assert report_render.cell_class("different but inside ±1 %") == "inside"
     assert report_render.cell_class("within ±1 %") == "holds"
-    assert report_render.cell_class("cannot tell at this noise: 3 more visits would settle it") == "missing"
+    assert report_render.cell_class("cannot tell at this noise: 3 more visits would settle it") == "tell"
+    assert report_render.cell_class("missing") == "missing"
 
 
 def test_band_and_points_come_from_the_protocols_file_the_runs_used(tmp_path):
@@ -520,6 +537,38 @@ def test_plots_show_every_series_on_a_scale_where_it_is_visible(tmp_path):
     intervals = [ci for r in rows for ci in (r["ci"], r["aa"]) if ci is not None and ci.low is not None]
     bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer) and c.has_yerr]
     assert len(intervals) == 6 and len(bars) == len(intervals)
+
+
+def test_plot_text_is_never_cut_or_small_and_series_differ_in_colour_and_marker(tmp_path):
+    from matplotlib.container import ErrorbarContainer
+
+    from kdakit.report import plots, sample
+
+    root = sample.write_sample(tmp_path)
+    c = report_model.collect(root)
+    rows = report_model.serving_rows(c, report_model.load_published())
+    figures = []
+    for protocol in ("decisive", "pr"):  # intervals of every verdict; one visit's hollow marks
+        group = [r for r in rows if r["protocol"] == protocol]
+        name = f"H200 h200-sample {protocol}"
+        figures.append(plots.throughput_figure(f"{name}: throughput vs concurrency", group))
+        figures.append(plots.ratio_figure(f"{name}: helion/triton, 95 % CI", group))
+    kernels = report_model.kernel_rows(c, {"kernels": {"rows": []}, "serving": {"rows": []}})
+    figures.append(plots.kernel_figure("H200 h200-sample: KDA kernel latency", kernels))
+    for fig in figures:
+        fig.tight_layout()
+        assert plots.texts_outside(fig) == [] and plots.small_texts(fig) == []
+        assert fig.get_figwidth() * fig.dpi <= 760  # shown at its own size in an 800 px window
+        for ax in fig.axes:
+            series = [c.lines[0] for c in ax.containers if isinstance(c, ErrorbarContainer)]
+            styles = [(s.get_color(), s.get_marker()) for s in series if s.get_label()[:1] != "_"]
+            colours, markers = [c for c, _ in styles], [m for _, m in styles]
+            if ax.get_legend() is not None and ax.get_ylabel() != "helion / triton":
+                assert len(set(colours)) == len(colours) and len(set(markers)) == len(markers), styles
+    # the guard sees a cut title
+    long = plots.ratio_figure("a title far too long for its figure " * 4, rows[:2])
+    long.tight_layout()
+    assert plots.texts_outside(long)
 
 
 def _identical_arms_tree(root: Path, protocol_name: str, seed: int) -> Path:

@@ -56,7 +56,7 @@ def test_valid_record_round_trips(tmp_path):
     [
         (lambda r: r.pop("provenance"), "'provenance' is a required property"),
         (lambda r: r.update(kind="latency"), "kind: 'latency' is not one of"),
-        (lambda r: r.update(arm="cutedsl"), "arm: 'cutedsl' is not one of"),
+        (lambda r: r.update(arm="flashkda"), "arm: 'flashkda' is not one of"),
         (lambda r: r.update(schema="kdakit.result.v0"), "schema: 'kdakit.result.v1' was expected"),
         (lambda r: r["metrics"].update(accuracy_strict=1.5), "metrics/accuracy_strict: 1.5 is greater than"),
         (lambda r: r["metrics"].pop("verdict"), "metrics: 'verdict' is a required property"),

@@ -198,7 +198,8 @@ def test_arms_come_from_arms_toml():
     from kdakit.facts import profiles
 
     assert set(selftest.ARMS) == set(profiles.arms())
-    assert selftest.ARMS == {"triton": None, "helion": "kdakit", "helion-upstream": "upstream"}
+    assert selftest.ARMS == {"triton": None, "helion": "kdakit", "helion-upstream": "upstream",
+                             "cutedsl": None, "triton-replayssm": None}  # fmt: skip
 
 
 def test_lifecycle_row_is_skipped_without_a_gpu_never_passed():
@@ -207,7 +208,7 @@ def test_lifecycle_row_is_skipped_without_a_gpu_never_passed():
 
 
 def _report(out_error):
-    from kdakit.kernels.integration import lifecycle
+    from kdakit.kernels.tools import lifecycle
 
     report = lifecycle.LifecycleReport("helion", lifecycle.served_shape(), 1, phases=["decode"])
     report.errors.append(lifecycle.PhaseError("decode", "helion", out_error, 0.0))
@@ -226,3 +227,29 @@ def test_lifecycle_row_follows_the_lifecycle_on_a_gpu():
 
     broken = selftest.lifecycle_check("helion", gpu, run=raises)
     assert broken.status == selftest.FAIL and broken.detail == "ValueError: `intermediate_state_indices` [N]"
+
+
+def _sweep_result(passed: int, refusal_ok: bool = True) -> dict:
+    from kdakit.kernels.tools import sweep
+
+    cfg = sweep.reduced()
+    rows = [
+        {"arm": "helion-kdakit", "case": c.key(), **vars(c), "status": "ok", "ok": i < passed + 2,
+         "rel_err": {"out": 1e-3, "prefill_state": 1e-3}}
+        for i, c in enumerate(sweep.cases(cfg))
+    ]  # fmt: skip
+    rows.append({"arm": "helion-kdakit", "check": "decode-non-power-of-two", "ok": refusal_ok,
+                 "error": "ValueError: power-of-two head dims (got K=96, V=96)"})  # fmt: skip
+    return sweep.summarize(rows, cfg, ["helion-kdakit"])
+
+
+def test_sweep_row_is_skipped_without_a_gpu_or_a_helion_kernel_and_follows_the_sweep_on_a_gpu():
+    never = lambda *a, **k: pytest.fail("ran")  # noqa: E731
+    assert selftest.sweep_check("helion", {"gpu": False}, run=never).status == selftest.SKIP
+    assert selftest.sweep_check("triton", {"gpu": True}, run=never).status == selftest.SKIP
+    ok = selftest.sweep_check("helion", {"gpu": True}, run=lambda *a, **k: _sweep_result(6))
+    assert ok.status == selftest.PASS and ok.detail.startswith("6/6 cases, 2/2 T = 1 probes"), ok.detail
+    bad = selftest.sweep_check("helion", {"gpu": True}, run=lambda *a, **k: _sweep_result(5))
+    assert bad.status == selftest.FAIL and "first failure T129 H16 varlen float32" in bad.detail, bad.detail
+    no_refusal = selftest.sweep_check("helion", {"gpu": True}, run=lambda *a, **k: _sweep_result(6, False))
+    assert no_refusal.status == selftest.FAIL

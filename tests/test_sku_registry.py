@@ -52,7 +52,7 @@ def test_a_fake_sku_is_registered_and_planned(registry):
     assert _kdakit("skus", "names", env=registry).stdout.split() == ["b200", "h200", "x100"]
     shown = json.loads(_kdakit("skus", "show", "x100", env=registry).stdout)
     assert shown == {"name": "x100", "profile": "glm-5.3-flash", "gpu_model": "NVIDIA X100", "gpu_count": 2,
-                     "configs": "x100", "default": False}  # fmt: skip
+                     "configs": "x100", "gpu_capability": None, "default": False}  # fmt: skip
     plan = _kdakit("plan", "--sku", "x100", "--arm", "helion", env=registry)
     assert plan.returncode == 0, plan.stderr
     assert "--kv-cache-dtype fp8_e4m3" in plan.stdout and "CUDA_VISIBLE_DEVICES=0,1" in plan.stdout

@@ -155,7 +155,12 @@ def check_docker(info: dict | None, require_nvidia_runtime: bool) -> list[Verdic
         info = None
     if info is None:
         out = [
-            Verdict("docker", False, "cannot reach the Docker engine", "start dockerd and check DOCKER_HOST")
+            Verdict(
+                "docker",
+                False,
+                "cannot reach the Docker engine",
+                "start dockerd (systemctl start docker); another engine: set kdakit_docker_host",
+            )  # fmt: skip
         ]
         if require_nvidia_runtime:
             out.append(
@@ -184,14 +189,16 @@ def check_docker(info: dict | None, require_nvidia_runtime: bool) -> list[Verdic
 def check_disk(path: str, free_bytes: int | None, min_free_gb: float) -> Verdict:
     if free_bytes is None:
         return Verdict(
-            "disk", False, f"{path} does not exist", f"create {path} or point the kit at another disk"
-        )
+            "disk", False, f"{path} does not exist",
+            f"create {path}, or set kdakit_image_disk_path to the Docker data root (docker info: Root Dir)",
+        )  # fmt: skip
     free_gb = free_bytes / 1e9
     return Verdict(
         "disk",
         free_gb >= min_free_gb,
         f"{free_gb:.1f} GB free at {path}, need {min_free_gb:g} GB",
-        f"free space under {path} (docker system prune) or set the Docker data root on a larger disk",
+        f"free space under {path} (docker system prune), or move the Docker data root to a larger disk"
+        " and set kdakit_image_disk_path to it (kdakit_min_free_gb: the space asked for)",
     )
 
 
@@ -219,7 +226,8 @@ def check_dataset(dataset: str, path: str, exists: bool) -> Verdict:
         "bench-data",
         exists,
         f"ShareGPT data {'at' if exists else 'missing at'} {path}",
-        f"copy ShareGPT_V3_unfiltered_cleaned_split.json to {path}, or set kdakit_bench_dataset: random",
+        f"copy ShareGPT_V3_unfiltered_cleaned_split.json to {path} (elsewhere: set kdakit_sharegpt_path),"
+        " or set kdakit_bench_dataset: random",
     )
 
 
@@ -257,7 +265,7 @@ def gather_and_check(args: argparse.Namespace) -> list[Verdict]:
                 "gpus",
                 False,
                 f"{args.nvidia_smi} failed or is missing",
-                "install the NVIDIA driver so that nvidia-smi works",
+                "install the NVIDIA driver so that nvidia-smi works (elsewhere: set kdakit_nvidia_smi)",
             )
         )
     else:
@@ -378,6 +386,18 @@ def controller_checks(docker: str, build: bool) -> list[Verdict]:
     return verdicts
 
 
+def limit_args(extra: str) -> list[str]:
+    """The --limit/-l patterns among ansible-playbook's extra arguments, for ansible-inventory: the hosts the
+    run will touch (and so the space it needs) are the limited ones."""
+    words, out = shlex.split(extra), []
+    for i, word in enumerate(words):
+        if word in ("--limit", "-l") and i + 1 < len(words):
+            out += ["--limit", words[i + 1]]
+        elif word.startswith("--limit="):
+            out += ["--limit", word.split("=", 1)[1]]
+    return out
+
+
 def hosts_of(inventory: dict, group: str) -> list[str]:
     """Hosts of a group (and its children) in `ansible-inventory --list` output."""
     seen, todo, hosts = set(), [group], []
@@ -439,10 +459,22 @@ def cluster_main(argv: list[str] | None = None) -> int:
     p.add_argument("--hosts-only", action="store_true", help="only check that the group has hosts")
     p.add_argument("--results", help="the controller's results folder: refuse when the run will not fit")
     p.add_argument("--arms", type=int, default=1, help="arm visits the run measures (for --results)")
+    p.add_argument(
+        "--arm", action="append", default=[], dest="arm_names",
+        help="an arm the run serves (repeatable): refuse when its kernels cannot run on the SKU's GPU",
+    )  # fmt: skip
     args = p.parse_args(argv)
+    for arm in args.arm_names:  # `kdakit plan` refuses an arm whose kernels cannot run on the SKU's GPU
+        planned = subprocess.run([sys.executable, "-m", "kdakit", "plan", "--sku", args.sku, "--arm", arm],
+                                 capture_output=True, text=True, timeout=120)  # fmt: skip
+        if planned.returncode:
+            lines = [line for line in planned.stderr.splitlines() if line.strip()]
+            last = lines[-1] if lines else f"kdakit plan exited {planned.returncode}"
+            print(f"preflight: {last.removeprefix('kdakit plan: error: ')}")
+            return 2
     env = dict(os.environ, ANSIBLE_NOCOLOR="1")
     inv = subprocess.run(
-        [args.ansible_inventory, "-i", args.inventory, "--list"],
+        [args.ansible_inventory, "-i", args.inventory, "--list", *limit_args(args.extra)],
         capture_output=True,
         text=True,
         env=env,

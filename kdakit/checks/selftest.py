@@ -1,8 +1,8 @@
 """`kdakit selftest`: is this environment (normally the kdakit image) what pins.toml and the arm say it is?
 
 Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
-- every pinned package of the image (torch, triton, helion, sglang, lm-eval) is installed at its pin,
-  and torch was built for the pinned CUDA;
+- every pinned package of the image (torch, triton, helion, sglang, lm-eval, sgl-eval) is installed at its
+  pin, and torch was built for the pinned CUDA;
 - SGLang's Helion KDA backend resolves to the kernels the arm asks for (arms:
   kdakit/facts/profiles/arms.toml; an arm without the Helion backend: SGLang's Triton adapter is importable);
 - tuned kernel configs shipped for this GPU's SKU: listed, and FAIL where their kernel source hash or helion
@@ -10,9 +10,11 @@ Checks, each PASS, FAIL or SKIP (never a PASS for something not checked):
   used, and listed as "active, tuned with other triton/torch: re-tune in the image";
 - with a GPU: a quick numerical parity of each Helion KDA kernel the arm runs against SGLang's Triton
   kernel for the same phase, and the arm's whole request lifecycle through SGLang's own KDA backend
-  (`kdakit.kernels.integration.lifecycle`: prefill, decode, chain verify, commit, a second verify round and
+  (`kdakit.kernels.tools.lifecycle`: prefill, decode, chain verify, commit, a second verify round and
   CUDA-graph replay with padded rows, at the PR's heads and head dim) against the fp64 reference, so an
-  ops team learns before serving that the arm works on its GPUs. Without a GPU these rows are SKIP.
+  ops team learns before serving that the arm works on its GPUs; and a reduced small-token prefill sweep of
+  the arm's Helion prefill against Triton in a fresh process (`kdakit kernels sweep`). Without a GPU these
+  rows are SKIP.
 Exit code 1 when any check fails.
 """
 
@@ -30,14 +32,14 @@ from kdakit.facts import pins
 from kdakit.kernels.integration import DEFAULT as KDAKIT_KERNELS
 from kdakit.kernels.integration import ENV_VAR, KDAKIT_MODULES
 
-IMAGE_PACKAGES = ("torch", "triton", "helion", "sglang", "lm-eval")
+IMAGE_PACKAGES = ("torch", "triton", "helion", "sglang", "lm-eval", "sgl-eval")
 
 
 def arm_kernels() -> dict[str, str | None]:
     """arm -> the KDAKIT_HELION_KERNELS value that selects its kernels (None: no Helion backend), from
     kdakit/facts/profiles/arms.toml."""
     from kdakit.facts import profiles
-    from kdakit.kernels.integration.lifecycle import arm_settings
+    from kdakit.kernels.tools.lifecycle import arm_settings
 
     settings = {name: arm_settings(name) for name in profiles.arms()}
     return {name: kernels if backend == "helion" else None for name, (backend, kernels) in settings.items()}
@@ -86,6 +88,7 @@ def torch_facts() -> dict:
         "cuda": torch.version.cuda,
         "gpu": gpu,
         "gpu_name": torch.cuda.get_device_name(0) if gpu else None,
+        "capability": "{}.{}".format(*torch.cuda.get_device_capability(0)) if gpu else None,
     }
 
 
@@ -219,7 +222,7 @@ def lifecycle_check(arm: str, facts: dict, run=None) -> Check:
     name = f"server lifecycle: arm {arm} through SGLang's KDA backend"
     if not facts.get("gpu"):
         return Check(name, SKIP, "no GPU here")
-    from kdakit.kernels.integration import lifecycle
+    from kdakit.kernels.tools import lifecycle
 
     run = run or lifecycle.run
     try:
@@ -232,6 +235,37 @@ def lifecycle_check(arm: str, facts: dict, run=None) -> Check:
         more = f" (+{len(found) - 3} more)" if len(found) > 3 else ""
         return Check(name, FAIL, "; ".join(found[:3]) + more)
     return Check(name, PASS, lifecycle.summary(report))
+
+
+def sweep_check(arm: str, facts: dict, run=None, timeout_s: float = 300.0) -> Check:
+    """A reduced small-token prefill sweep of the arm's Helion prefill against SGLang's Triton (fresh process,
+    T = 1 first, padded gate rows) and its decode refusing a non-power-of-two head dim."""
+    import tempfile
+    from pathlib import Path
+
+    name = f"prefill sweep: arm {arm} vs Triton (T = 1 first, padded gate rows)"
+    if ARMS[arm] is None:
+        return Check(name, SKIP, "arm triton runs no Helion kernel")
+    if not facts.get("gpu"):
+        return Check(name, SKIP, "no GPU here")
+    from kdakit.kernels.tools import sweep
+
+    helion_arm = {"kdakit": "helion-kdakit", "upstream": "helion-upstream"}[ARMS[arm]]
+    run = run or sweep.run
+    with tempfile.TemporaryDirectory(prefix="kdakit-sweep-") as tmp:
+        try:
+            result = run([helion_arm], sweep.reduced(), Path(tmp), timeout_s, log=lambda m: None)
+        except Exception as exc:  # noqa: BLE001 - any failure of the sweep is this check's FAIL
+            return Check(name, FAIL, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}")
+    s = result["summary"][helion_arm]
+    probes, refusal = s["probes"], (s["decode_refusal"] or {}).get("error", "no result")
+    detail = (
+        f"{s['passed']}/{s['expected']} cases, {probes['passed']}/{probes['expected']} T = 1 probes; "
+        f"decode K = V = {sweep.NON_POWER_OF_TWO_DIM}: {refusal}"
+    )
+    if s["failures"]:
+        detail += f"; first failure {s['failures'][0]}"
+    return Check(name, FAIL if sweep.any_failure(result) else PASS, detail)
 
 
 def config_checks(arm: str, facts: dict, environ: dict | None = None) -> list[Check]:
@@ -298,15 +332,44 @@ def config_checks(arm: str, facts: dict, environ: dict | None = None) -> list[Ch
     return checks
 
 
+def verify_kernel_check(arm: str, facts: dict, environ: dict | None = None, module_found=None) -> Check:
+    """Which verify kernel SGLang runs for the arm here (kdakit/facts/kernel_contracts.py): on this GPU and
+    python, or, without a GPU, on the SKU registry's GPU of the image's SKU. FAIL: the arm names a kernel that
+    would not run (SGLang would run another without a word)."""
+    import importlib.util
+
+    from kdakit.facts import kernel_contracts, profiles
+
+    environ = os.environ if environ is None else environ
+    name = f"arm {arm}: the verify kernel SGLang runs"
+    found = profiles.sku_of_gpus(facts["gpu_name"]) if facts.get("gpu") else None
+    sku = environ.get("KDAKIT_SKU") or (found if found in profiles.skus() else profiles.default_sku())
+    profile = profiles.load(sku, arm)
+    module = profiles.contracts()["nv_cutedsl"]["python_module"]
+    has_module = (module_found or (lambda m: importlib.util.find_spec(m) is not None))(module)
+    if facts.get("gpu"):
+        capability, gpu = facts["capability"], facts["gpu_name"]
+    else:
+        capability, gpu = profile.gpu_capability, f"{profile.gpu_model} ({sku}'s GPU in the SKU registry)"
+    runs = kernel_contracts.verify_kernel(profile.flags, profile.model_facts, capability, gpu, has_module)
+    wanted = profile.flags.get(kernel_contracts.VERIFY_FLAG)
+    falls_back = wanted == "nv_cutedsl" and not runs.startswith(kernel_contracts.VERIFY_KERNELS["nv_cutedsl"])
+    status = (FAIL if facts.get("gpu") else SKIP) if falls_back else PASS
+    where = "" if facts.get("gpu") else " (no GPU here: as on the registry's GPU)"
+    return Check(name, status, f"{runs}{where}")
+
+
 def run_checks(arm: str) -> tuple[list[Check], dict]:
     pinned = pins.load()
     facts = torch_facts()
     checks = check_packages(pinned)
     checks.append(check_torch_cuda(pinned, facts))
     checks += check_arm(arm)
+    checks.append(verify_kernel_check(arm, facts))
     checks += config_checks(arm, facts)
     checks += gpu_checks(arm, facts)
     checks.append(lifecycle_check(arm, facts))
+    checks.append(sweep_check(arm, facts))
     return checks, facts
 
 

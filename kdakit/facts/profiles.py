@@ -46,8 +46,32 @@ def _arms_file(folder: Path) -> dict:
 
 
 def arms() -> dict[str, dict]:
-    """Every arm (a table of arms.toml) by name."""
-    return {name: value for name, value in _arms_file(PROFILES_DIR).items() if isinstance(value, dict)}
+    """Every arm (a table of arms.toml with a kda_backend) by name."""
+    return {
+        name: value
+        for name, value in _arms_file(PROFILES_DIR).items()
+        if isinstance(value, dict) and "kda_backend" in value
+    }
+
+
+def kernel_set_arms() -> list[str]:
+    """The arms that differ only in which kernels all three KDA phases run (one backend value, no other
+    flags): the ones the kernel harnesses (lifecycle, served) can run as they are served."""
+    return [name for name, spec in arms().items() if "verify_backend" not in spec and not spec.get("flags")]
+
+
+def contracts() -> dict[str, dict]:
+    """Where SGLang runs a kernel an arm may ask for (arms.toml's `contracts`), by name."""
+    return dict(_arms_file(PROFILES_DIR).get("contracts", {}))
+
+
+def backend_flags(arm: str) -> dict[str, str]:
+    """The arm's three --linear-attn-{prefill,decode,verify}-backend values."""
+    spec = arms()[arm]
+    values = dict.fromkeys(KDA_BACKEND_FLAGS, spec["kda_backend"])
+    if "verify_backend" in spec:
+        values["--linear-attn-verify-backend"] = spec["verify_backend"]
+    return values
 
 
 def ab_arms() -> tuple[str, str]:
@@ -59,6 +83,15 @@ def ab_arms() -> tuple[str, str]:
     return pair
 
 
+def ab_protocols(pair: list[str] | tuple[str, ...]) -> dict[str, str] | None:
+    """{'bench': ..., 'gsm8k': ...}: the protocols a published A/B of these arms used (arms.toml's
+    `published_ab`); None for any other pair (the steps' own defaults, pr, apply)."""
+    for entry in _arms_file(PROFILES_DIR).get("published_ab", []):
+        if list(entry["arms"]) == list(pair):
+            return {"bench": entry["bench_protocol"], "gsm8k": entry["gsm8k_protocol"]}
+    return None
+
+
 @dataclass(frozen=True)
 class Sku:
     """One SKU of the registry: the GPU it runs on, its launch rows and its tuned kernel configs."""
@@ -68,6 +101,7 @@ class Sku:
     gpu_model: str  # the GPU's name as nvidia-smi prints it; preflight wants every GPU's name to contain it
     gpu_count: int
     configs: str  # kernels/configs/<configs>/: the tuned kernel configs for this GPU
+    gpu_capability: str | None = None  # CUDA compute capability "major.minor" (kernel contracts read it)
     default: bool = False  # the SKU Make uses when SKU= is not given
     flags: dict = field(default_factory=dict)
 
@@ -89,6 +123,7 @@ def sku(name: str) -> Sku:
         gpu_model=data["gpu_model"],
         gpu_count=data["gpu_count"],
         configs=data["configs"],
+        gpu_capability=data.get("gpu_capability"),
         default=data.get("default", False),
         flags=dict(data.get("flags", {})),
     )
@@ -136,6 +171,8 @@ class Profile:
     model: str
     gpu_model: str
     gpu_count: int
+    gpu_capability: str | None
+    model_facts: dict  # the model profile's [model] table (name, KDA head dim, activation dtype)
     deploy: dict
     flags: dict[str, object] = field(default_factory=dict)  # ordered: model, SKU, arm
     env: dict[str, str] = field(default_factory=dict)
@@ -148,7 +185,8 @@ def load(sku_name: str, arm: str) -> Profile:
     model = _read(entry.profile)
     arm_data = arms()[arm]
     flags = {**model["flags"], **entry.flags}
-    flags.update({flag: arm_data["kda_backend"] for flag in KDA_BACKEND_FLAGS})
+    flags.update(backend_flags(arm))
+    flags.update(arm_data.get("flags", {}))
     env = {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(entry.gpu_count))}
     env.update(model.get("env", {}))
     env.update(arm_data.get("env", {}))
@@ -158,6 +196,8 @@ def load(sku_name: str, arm: str) -> Profile:
         model=model["model"]["name"],
         gpu_model=entry.gpu_model,
         gpu_count=entry.gpu_count,
+        gpu_capability=entry.gpu_capability,
+        model_facts=dict(model["model"]),
         deploy=dict(model["deploy"]),
         flags=flags,
         env=env,
@@ -171,6 +211,10 @@ def _run(args) -> int:
         print(default_sku())
     elif args.what == "ab":
         print(" ".join(ab_arms()))
+    elif args.what == "ab-protocol":
+        if not args.sku:
+            raise UsageError("kdakit skus ab-protocol: name bench or gsm8k, then the arms")
+        print((ab_protocols(args.arms) or {}).get(args.sku, ""))
     elif args.what == "show":
         if not args.sku:
             raise UsageError("kdakit skus show: name the SKU (kdakit skus show h200)")
@@ -189,12 +233,14 @@ def add_arguments(p) -> None:
     p.add_argument(
         "what",
         nargs="?",
-        choices=["table", "names", "default", "ab", "show"],
+        choices=["table", "names", "default", "ab", "show", "ab-protocol"],
         default="table",
         help="table (default); names: the SKU names; default: Make's SKU; ab: the A/B arms; "
-        "show SKU: one SKU as JSON",
+        "show SKU: one SKU as JSON; ab-protocol bench|gsm8k ARM ARM: the protocol a published A/B of those "
+        "arms used (empty: none)",
     )
-    p.add_argument("sku", nargs="?", help="for show: the SKU")
+    p.add_argument("sku", nargs="?", help="for show: the SKU; for ab-protocol: bench or gsm8k")
+    p.add_argument("arms", nargs="*", help="for ab-protocol: the A/B's arms, baseline first")
 
 
 def register(sub) -> None:

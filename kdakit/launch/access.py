@@ -17,10 +17,13 @@ before it reaches a file: `docker inspect`, the server's log).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import secrets
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 # The variable SGLang's benchmark client, run_eval (through the OpenAI client) and lm-eval read the key from.
@@ -152,6 +155,29 @@ def scrub_tree(folder: Path, secrets_: list[str] | None = None) -> list[Path]:
     return changed
 
 
+@contextlib.contextmanager
+def private_output(target: Path | str, secrets_: list[str] | None = None):
+    """A path for a tool's output file that may hold the keys (SGLang's benchmark client copies /server_info
+    into its JSONL): in a private 0700 folder outside the results, gone afterwards. On leaving, what the tool
+    wrote lands at target with the keys replaced, so that no results file ever holds them."""
+    hidden = [s.encode() for s in (known_secrets() if secrets_ is None else secrets_)]
+    folder = Path(tempfile.mkdtemp(prefix="kdakit-tool-"))
+    written = folder / Path(target).name
+    try:
+        yield written
+    finally:
+        try:
+            if written.exists():
+                data = written.read_bytes()
+                for secret in hidden:
+                    data = data.replace(secret, REDACTED.encode())
+                tmp = Path(target).with_name(Path(target).name + ".scrub-tmp")
+                tmp.write_bytes(data)
+                tmp.replace(target)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kdakit.launch.access", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -170,7 +196,9 @@ def _main(argv: list[str] | None = None) -> int:
             print(path)
         return 0
     if args.command == "filter":
-        sys.stdout.buffer.write(scrub_bytes(sys.stdin.buffer.read(), env_file_secrets(args.env_file)))
+        hidden = env_file_secrets(args.env_file)
+        for line in sys.stdin.buffer:  # by line: a long log never sits in memory; a key never spans lines
+            sys.stdout.buffer.write(scrub_bytes(line, hidden))
         return 0
     previous = "" if sys.stdin.isatty() else sys.stdin.read()
     sys.stdout.write(env_file_lines(args.run_id, previous))

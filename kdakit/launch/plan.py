@@ -10,7 +10,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
-from kdakit.facts import profiles
+from kdakit.facts import kernel_contracts, profiles
 from kdakit.facts.errors import UsageError
 from kdakit.launch import sglang_args
 
@@ -25,6 +25,18 @@ class Plan:
     arm: str
     argv: list[str]
     env: dict[str, str]
+
+    def flags(self) -> dict[str, object]:
+        """The sglang flags of argv: {flag: value, or True for a switch}."""
+        found, args, i = {}, self.argv[len(SERVE_COMMAND) :], 0
+        while i < len(args):
+            if i + 1 < len(args) and not args[i + 1].startswith("--"):
+                found[args[i]] = args[i + 1]
+                i += 2
+            else:
+                found[args[i]] = True
+                i += 1
+        return found
 
     def as_dict(self) -> dict:
         return {"sku": self.sku, "arm": self.arm, "argv": self.argv, "env": self.env}
@@ -92,6 +104,11 @@ def render(
         by_name[opt.name] = value
     for flag in unset:
         by_name.pop(spec.lookup(parse_setting(flag)[0]).name, None)
+    refused = kernel_contracts.refusal(
+        arm, by_name, profile.model_facts, profile.gpu_capability, f"{sku} ({profile.gpu_model})"
+    )
+    if refused:
+        raise UsageError(refused)
 
     argv = list(SERVE_COMMAND)
     for name, value in by_name.items():

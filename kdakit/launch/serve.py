@@ -57,6 +57,38 @@ def check_helion_kernels(plan: Plan) -> None:
         raise UsageError(last[last.find("kdakit: ") :] if "kdakit: " in last else last)
 
 
+def gpu_here() -> tuple[str | None, str]:
+    """(compute capability "major.minor" of GPU 0, its name), or (None, why not) without a usable GPU."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None, "this host (no CUDA GPU visible)"
+        major, minor = torch.cuda.get_device_capability(0)
+        return f"{major}.{minor}", torch.cuda.get_device_name(0)
+    except Exception as exc:  # noqa: BLE001 - no torch or no driver: nothing to say about the GPU
+        return None, f"this host (torch cannot see a GPU: {type(exc).__name__})"
+
+
+def check_kernel_contracts(plan: Plan, gpu=gpu_here, module_found=None) -> None:
+    """On the server's own GPU and python: refuse when a kernel the arm asks for would not run
+    (kdakit/facts/kernel_contracts.py), instead of letting SGLang run another one without a word."""
+    import importlib.util
+
+    from kdakit.facts import kernel_contracts, profiles
+
+    flags = plan.flags()
+    if flags.get(kernel_contracts.VERIFY_FLAG) != "nv_cutedsl":
+        return
+    module = profiles.contracts()["nv_cutedsl"]["python_module"]
+    has_module = (module_found or (lambda name: importlib.util.find_spec(name) is not None))(module)
+    capability, name = gpu()
+    model = profiles.load(plan.sku, plan.arm).model_facts
+    refused = kernel_contracts.refusal(plan.arm, flags, model, capability, name, has_module)
+    if refused:
+        raise UsageError(refused)
+
+
 def key_flags(open_: bool, env: dict[str, str] | None = None) -> list[str]:
     """The key flags `kdakit serve` appends (SGLang reads the keys only from its command line)."""
     api_key, admin_key = access.keys_from_env(env)
@@ -105,6 +137,7 @@ def _run(args) -> int:
     if shutil.which(plan.argv[0]) is None:
         raise UsageError(f"{plan.argv[0]!r} is not on PATH: run `kdakit serve` inside the kdakit image")
     check_helion_kernels(plan)
+    check_kernel_contracts(plan)
     os.execvpe(plan.argv[0], plan.argv, {**os.environ, **plan.env})
     return 0  # not reached
 

@@ -61,6 +61,18 @@ def last_log_line(docker_host: str, name: str) -> str:
     return lines[-1] if lines else ""
 
 
+def scrubbed(line: str, env_file: str | None) -> str:
+    """line without the env file's values (SGLang logs its keys with its server args at start)."""
+    try:
+        text = Path(env_file).read_text() if env_file else ""
+    except OSError:
+        return line
+    for value in (row.partition("=")[2].strip() for row in text.splitlines() if "=" in row):
+        if len(value) >= 16:  # shorter ones would redact ordinary text; the kit's keys are 43 characters
+            line = line.replace(value, "<redacted>")
+    return line
+
+
 def process_state(pid: int) -> dict:
     """The container_state fields for a plain process (a zombie counts as exited)."""
     try:
@@ -86,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pid", type=int, help="the server's process, instead of --docker-host and --container")
     p.add_argument("--timeout", type=float, default=1800)
     p.add_argument("--interval", type=float, default=1.0)
+    p.add_argument("--env-file", help="the server's secrets file: its values never reach the printed line")
     args = p.parse_args(argv)
     start = time.monotonic()
     while True:
@@ -106,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                     "Fix: read diag/kdakit-sglang.log in the results"
                 )
                 return 1
-            cause = last_log_line(args.docker_host, args.container)
+            cause = scrubbed(last_log_line(args.docker_host, args.container), args.env_file)
             print(
                 f"container {args.container} exited with code {state.get('ExitCode')} after {waited:.0f} s "
                 f"before {args.url} answered; last log line: {cause or '(empty)'}. Fix: read "

@@ -70,6 +70,31 @@ def server_info(base_url: str) -> dict | None:
     return access.redact(info) if isinstance(info, dict) else None
 
 
+def flush_cache(base_url: str, timeout: float = 60.0) -> bool:
+    """POST /flush_cache with the admin key (the API key without one): SGLang empties its prefix cache and
+    resets its speculative-decoding counters, so the accept length read afterwards covers what follows.
+    False when the server refused or could not be reached."""
+    api_key, admin_key = access.keys_from_env()
+    key = admin_key or api_key
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    request = urllib.request.Request(f"{base_url}/flush_cache", data=b"", headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return 200 <= response.status < 300
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def accept_length(info: dict | None) -> float | None:
+    """SGLang's average speculative accept length since its counters were last reset (/server_info's
+    internal_states[0].avg_spec_accept_length, as SGLang's benchmark client reads it); None without one."""
+    try:
+        value = (info or {})["internal_states"][0]["avg_spec_accept_length"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return float(value) if isinstance(value, int | float) else None
+
+
 def served_model(base_url: str) -> str | None:
     models = get_json(f"{base_url}/v1/models")
     try:

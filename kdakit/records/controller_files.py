@@ -7,7 +7,7 @@ whose expected results do not fit; `commit_collected` moves files fetched from a
 their size and checksum match the host's copy.
 
 Command line (the playbooks and playbooks.mk call it): python -m kdakit.records.controller_files
-latest|space|commit ...
+latest|space|prepare|commit ...
 """
 
 from __future__ import annotations
@@ -146,6 +146,32 @@ def _sha1(path: Path) -> str:
     return digest.hexdigest()
 
 
+# Collected diagnostics (server log, container settings) are readable by their owner only.
+PRIVATE_DIRS = ("diag",)
+
+
+def prepare_staging(staged: Path | str, host: str, host_dir: str) -> str | None:
+    """Make the staging folder (0700) that fetched files land in; None, or the one line saying why the
+    controller cannot write there and where the host's copies stay."""
+    staged = Path(staged)
+    try:
+        staged.mkdir(mode=0o700, parents=True, exist_ok=True)
+        probe = staged / f".probe.{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return (
+            f"collect: cannot write {staged.parent}: {exc.strerror or exc}; the host's copies stay in"
+            f" {host}:{host_dir}. Fix: make the results folder writable (or pass RESULTS=<another folder>)"
+            " and run make collect again"
+        )
+    return None
+
+
+def _private(relative: str) -> bool:
+    return Path(relative).parts[0] in PRIVATE_DIRS
+
+
 def commit_collected(staged: Path | str, dest: Path | str, manifest: list[dict]) -> list[str]:
     """Move each fetched file ({path: relative, size, checksum: sha1 of the host's copy}) from staged into
     dest when it is whole; a part (disk full while fetching) is removed, and the earlier copy in dest stays.
@@ -166,6 +192,10 @@ def commit_collected(staged: Path | str, dest: Path | str, manifest: list[dict])
         target = dest / entry["path"]
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
+            if _private(entry["path"]):
+                for folder in (dest / Path(entry["path"]).parts[0], target.parent):
+                    folder.chmod(0o700)
+                src.chmod(0o600)
             os.replace(src, target)
         except OSError as exc:
             problems.append(f"{target}: {exc.strerror or exc}")
@@ -187,6 +217,10 @@ def _main(argv: list[str] | None = None) -> int:
     space.add_argument("--results", required=True)
     space.add_argument("--hosts", type=int, required=True)
     space.add_argument("--arms", type=int, default=1)
+    prepare = sub.add_parser("prepare", help="make the staging folder; refuse in one line when it cannot")
+    prepare.add_argument("--staged", required=True)
+    prepare.add_argument("--host", required=True)
+    prepare.add_argument("--host-dir", required=True)
     commit = sub.add_parser("commit", help="move whole fetched files into place (manifest JSON on stdin)")
     commit.add_argument("--staged", required=True)
     commit.add_argument("--dest", required=True)
@@ -199,6 +233,12 @@ def _main(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd == "space":
             line = preflight_space(args.results, args.hosts, args.arms)
+            if line:
+                print(line, file=sys.stderr)
+                return 1
+            return 0
+        if args.cmd == "prepare":
+            line = prepare_staging(args.staged, args.host, args.host_dir)
             if line:
                 print(line, file=sys.stderr)
                 return 1

@@ -156,18 +156,32 @@ def summary_line(host: str, step: str, outcome: str, cause: str) -> str:
     return f"{host}: {step} {outcome}" + (f" ({cause})" if cause else "")
 
 
-def record_outcomes(results: Path | str, run_id: str, arm: str, step: str, hosts: list[dict]) -> list[str]:
+def record_each(
+    results: Path | str, run_id: str, arm: str, step: str, hosts: list[dict]
+) -> tuple[list[str], dict[str, OSError]]:
     """Merge each host's step outcome ({host, outcome, cause}) into its provenance.json; returns the summary
-    lines."""
-    lines = []
+    lines and, per host whose record could not be written, why (each host's own file: one host's full disk
+    is said for that host, and the others' records are still tried)."""
+    lines, failed = [], {}
     for h in hosts:
         path = paths.provenance_path(results, run_id, h["host"], arm)
         record = _read_json(path)
         record.update(
             {k: v for k, v in (("run_id", run_id), ("host", h["host"]), ("arm", arm)) if k not in record}
         )
-        write_json_atomic(path, record_step(record, step, h["outcome"], h.get("cause") or ""))
+        try:
+            write_json_atomic(path, record_step(record, step, h["outcome"], h.get("cause") or ""))
+        except OSError as exc:
+            failed[h["host"]] = exc
         lines.append(summary_line(h["host"], step, h["outcome"], h.get("cause") or ""))
+    return lines, failed
+
+
+def record_outcomes(results: Path | str, run_id: str, arm: str, step: str, hosts: list[dict]) -> list[str]:
+    """record_each, raising the first host's write failure (WriteFailed: its file, the free space)."""
+    lines, failed = record_each(results, run_id, arm, step, hosts)
+    for exc in failed.values():
+        raise exc
     return lines
 
 
@@ -224,9 +238,11 @@ def _main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.cmd == "record":
-            for line in record_outcomes(args.results, args.run_id, args.arm, args.step, json.load(sys.stdin)):
-                print(line)
-            return 0
+            lines, failed = record_each(args.results, args.run_id, args.arm, args.step, json.load(sys.stdin))
+            print("\n".join(lines))
+            for host, why in failed.items():  # "kdakit provenance: HOST: ": the summary picks each host's own
+                print(f"kdakit provenance: {host}: {why}", file=sys.stderr)
+            return 1 if failed else 0
         if args.cmd == "facts":
             record_facts(args.results, args.run_id, args.host, args.arm, json.load(sys.stdin))
             return 0

@@ -7,7 +7,9 @@ Missing points are shown as "missing", failed ones as "failed: <cause>"; nothing
 
 Every record counts: re-runs of a serving point are repeats, pooled with kdakit.records.stats (the table says
 how many each arm has); the `pr` protocol's number stays the PR's median, with a 95 % interval saying what its
-runs can resolve; the `rigorous` protocol's interleaved visits give paired intervals and verdicts. GSM8K
+runs can resolve; the `rigorous` protocol's interleaved visits give paired intervals and verdicts, and the
+sequential `decisive` protocol's an always-valid confidence sequence, with the visit each verdict took. The
+page opens with the answer: each claim, its verdict, the visits it took and what would change it. GSM8K
 published numbers are matched on protocol, GPU and arm, and a limited run is never compared with them.
 GPU telemetry kept with a record is plotted, with its throttle and power-cap warnings.
 """

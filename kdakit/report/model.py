@@ -9,7 +9,7 @@ from pathlib import Path
 from kdakit.facts import profiles
 from kdakit.facts.errors import UsageError
 from kdakit.measure.context import canonical_sku
-from kdakit.records import results, stats
+from kdakit.records import results, sequential, stats
 
 PUBLISHED_FILE = Path(__file__).parent / "data" / "published.toml"
 PLOTS_DIR = "report-plots"
@@ -38,19 +38,51 @@ class Plot:
 
 
 @dataclass
+class Headline:
+    """A claim and its answer, set apart at the top of the page (its colour follows the verdict)."""
+
+    claim: str
+    verdict: str
+    css: str  # holds, nothold or tell
+    lines: list[str]
+
+
+@dataclass
 class Section:
     title: str
-    blocks: list = field(default_factory=list)  # str paragraphs, Table, Plot
+    blocks: list = field(default_factory=list)  # str paragraphs, Table, Plot, Headline
 
 
 def load_published(path: Path = PUBLISHED_FILE) -> dict:
     published = tomllib.loads(path.read_text())
-    for table in ("serving", "kernels"):
-        for row in published.get(table, {}).get("rows", []):
+    for table in (*serving_sets(published), published.get("kernels", {})):
+        for row in table.get("rows", []):
+            row["sku"] = canonical_sku(row["sku"])
+    for table in published.get("serving_ab", []):
+        for row in table["rows"]:
             row["sku"] = canonical_sku(row["sku"])
     for entry in (*published.get("gsm8k", []), *published.get("claims", [])):
         entry["sku"] = canonical_sku(entry["sku"])
     return published
+
+
+def serving_sets(published: dict) -> list[dict]:
+    """The published serving tables: `[serving]` or `[[serving]]`, each with its source, metric and rows."""
+    found = published.get("serving", [])
+    return [found] if isinstance(found, dict) else list(found)
+
+
+def published_serving(published: dict, metric: str = "output_throughput") -> dict:
+    """(sku, input_len, output_len, concurrency) -> the published row of that metric, with its source; a
+    point is compared beside every protocol that measured it (the first table that publishes it wins)."""
+    found = {}
+    for table in serving_sets(published):
+        if table.get("metric", "output_throughput") != metric:
+            continue
+        for row in table.get("rows", []):
+            key = (row["sku"], row["input_len"], row["output_len"], row["concurrency"])
+            found.setdefault(key, {**row, "source": row.get("source", table.get("source", "published"))})
+    return found
 
 
 def fmt(value: float | None, digits: int = 2, missing: str = "missing") -> str:
@@ -124,13 +156,17 @@ VISIT_METRICS = (
     ("total_throughput", "total tok/s", "median_total_throughput", "total_throughput"),
     ("median_ttft_ms", "median TTFT", None, "median_ttft_ms"),
     ("median_tpot_ms", "median TPOT", None, "median_tpot_ms"),
+    ("median_itl_ms", "median ITL", None, "median_itl_ms"),
     ("accept_length", "accept length", "accept_length", "accept_length"),
 )
+LOWER_IS_BETTER = {"median_ttft_ms", "median_tpot_ms", "median_itl_ms"}
 
 
 def visit_value(point: dict, metric: str = "output_throughput") -> float | None:
-    """One visit's number for a metric: the point's median over its runs."""
-    _key, _label, field_name, run_field = next(m for m in VISIT_METRICS if m[0] == metric)
+    """One visit's number for a metric: the point's median over its runs (a metric the report does not
+    list: the point's field of that name, else the median of the runs' field)."""
+    _key, _label, field_name, run_field = next((m for m in VISIT_METRICS if m[0] == metric),
+                                               (metric, metric, metric, metric))  # fmt: skip
     if field_name and point.get(field_name) is not None:
         return point[field_name]
     values = [r[run_field] for r in point.get("runs", []) if isinstance(r.get(run_field), int | float)]
@@ -185,11 +221,7 @@ class Visits:
         return (min(values), max(values)) if values else None
 
 
-def visit_id(record: dict, ordinal: int) -> int:
-    """The visit a record belongs to: the one the orchestrator named (`visit`), else its repeat index in its
-    folder, else its place among the arm's records (records from before either was kept)."""
-    m = record["metrics"]
-    return int(m.get("visit") or m.get("repeat_index") or ordinal)
+visit_id = sequential.visit_id  # one rule for the report and the stopping rule
 
 
 def _visits(records: list[dict], key: tuple) -> Visits:
@@ -209,28 +241,41 @@ def arm_comparison(
     band_pct: float = 1.0,
     metric: str = "output_throughput",
     confidence: float = stats.CONFIDENCE,
+    definition: dict | None = None,
+    one_visit_runs: bool | None = None,
 ) -> tuple[stats.Judgement, str]:
     """helion/triton judged over visits matched by visit id (a visit missing or failed in either arm drops
-    its pair), and how it was formed. One visit per arm: the runs' interval, never a decisive verdict."""
+    its pair), and how it was formed: a sequential protocol's (definition) on its confidence sequence. One
+    visit per arm: the runs' interval, never a decisive verdict (one_visit_runs: for this metric; default:
+    output throughput only)."""
+    definition = definition or {}
+    is_sequential = bool(definition.get("sequential"))
     t_by, h_by = triton.by_visit(metric), helion.by_visit(metric)
     if not t_by or not h_by or all(v is None for v in t_by.values()) or all(v is None for v in h_by.values()):
         return stats.Judgement(stats.NO_DATA, "no data"), "not measured for both arms"
     ids = sorted(set(t_by) | set(h_by))
     judged = stats.judge_pairs([t_by.get(v) for v in ids], [h_by.get(v) for v in ids], band_pct,
-                               confidence=confidence)  # fmt: skip
+                               confidence=confidence, sequential=is_sequential,
+                               horizon=definition.get("max_visits"))  # fmt: skip
     n = judged.ci.n if judged.ci else 0
-    if len(triton.ok) == 1 and len(helion.ok) == 1 and metric == "output_throughput":
-        t_runs = [r["output_throughput"] for r in triton.ok[0]["runs"]]
-        h_runs = [r["output_throughput"] for r in helion.ok[0]["runs"]]
+    run_field = next(m[3] for m in VISIT_METRICS if m[0] == metric)
+    t_runs = [r.get(run_field) for r in triton.ok[0]["runs"]] if len(triton.ok) == 1 else []
+    h_runs = [r.get(run_field) for r in helion.ok[0]["runs"]] if len(helion.ok) == 1 else []
+    if one_visit_runs is None:
+        one_visit_runs = metric == "output_throughput"
+    usable = t_runs and h_runs and all(isinstance(v, int | float) for v in t_runs + h_runs)
+    if one_visit_runs and usable:
         one = stats.judge_one_visit(t_runs, h_runs, band_pct)
         if one.kind != stats.NO_DATA and judged.kind in (stats.CANNOT_TELL, stats.NO_DATA):
             return one, f"runs {len(t_runs)} vs {len(h_runs)} of one visit per arm (Welch, unpaired)"
-    return judged, f"paired by visit id over {n} visit(s)"
+    return judged, f"paired by visit id over {n} visit(s), {judged.method}"
 
 
-def aa_control(*arms: Visits, band_pct: float = 1.0) -> tuple[stats.Judgement | None, int]:
+def aa_control(*arms: Visits, band_pct: float = 1.0,
+               confidence: float = stats.CONFIDENCE) -> tuple[stats.Judgement | None, int]:  # fmt: skip
     """A/A: visits of the same arm across fresh server starts (visit 2 / visit 1, visit 4 / visit 3, ...
-    of each arm), judged like an arm comparison; and the visits per arm it stands on (None: one visit)."""
+    of each arm), judged like an arm comparison, at the claim's family confidence (a false "outside"
+    anywhere in the A/A column at most 5 % of the time); and the visits per arm it stands on."""
     first, second = [], []
     for visits in arms:
         by = visits.by_visit()
@@ -240,7 +285,10 @@ def aa_control(*arms: Visits, band_pct: float = 1.0) -> tuple[stats.Judgement | 
             second.append(by[b])
     if not first:
         return None, 0
-    return stats.judge_pairs(first, second, band_pct, what="A/A pairs", aa_floor=False), len(first)
+    judged = stats.judge_pairs(
+        first, second, band_pct, what="A/A pairs", confidence=confidence, visits_needed=False
+    )  # a control: what would settle it is not asked
+    return judged, len(first)
 
 
 def interleaved(triton: Visits, helion: Visits) -> bool:
@@ -266,6 +314,8 @@ def protocol_used(protocol: str, records: list[dict]) -> dict:
     return {
         "band_pct": found.band_pct, "repeats": found.repeats, "runs": found.runs,
         "points": [dict(vars(p)) for p in found.points], "source_file": "bench/protocols.toml (built in)",
+        "sequential": found.sequential, "min_visits": found.min_visits, "max_visits": found.max_visits,
+        "max_hours": found.max_hours,
     }  # fmt: skip
 
 
@@ -284,30 +334,31 @@ def protocol_points(name: str, records: list[dict] = ()) -> set[tuple[int, int, 
 
 def serving_rows(c: Collected, published: dict) -> list[dict]:
     """One row per (group, point): ours per arm, change, published per arm, deviations, judgements."""
-    pub = {
-        (r["sku"], r["input_len"], r["output_len"], r["concurrency"]): r for r in published["serving"]["rows"]
-    }
+    pub = published_serving(published)
     rows = []
     for (run_id, sku, host, protocol), by_arm in sorted(c.serving.items()):
+        if serving_ab_table(protocol, published):
+            continue  # a published A/B of other arms: serving_ab_rows
         records = {arm: by_arm.get(arm, []) for arm in ARMS}
         everything = sorted((r for arm in ARMS for r in records[arm]), key=lambda r: r["created"])
         keys = {k for arm in ARMS for r in records[arm] for k in _points(r)}
         keys |= protocol_points(protocol, everything)
-        compare = protocol == published["serving"]["protocol"]  # published rows only beside their protocol
-        if compare:
-            keys |= {(i, o, cc) for (s, i, o, cc) in pub if s == sku}
-        band = band_of(protocol, everything)
+        definition = protocol_used(protocol, everything)
+        band = float(definition["band_pct"])
         family = stats.family_confidence(len(keys))  # a claim over these points (stats.claim_kinds)
+        ids = {arm: {visit_id(r, k) for k, r in enumerate(records[arm], 1)} for arm in ARMS}
+        complete = len(ids[ARMS[0]] & ids[ARMS[1]])  # visits with a record of both arms
         for key in sorted(keys):
             visits = {arm: _visits(records[arm], key) for arm in ARMS}
             triton, triton_text = visits["triton"].value()
             helion, helion_text = visits["helion"].value()
-            judged, basis = arm_comparison(visits["triton"], visits["helion"], band)
-            for_claim, _ = arm_comparison(visits["triton"], visits["helion"], band, confidence=family)
-            others = {m[0]: arm_comparison(visits["triton"], visits["helion"], band, m[0])[0]
-                      for m in VISIT_METRICS[1:]}  # fmt: skip
-            aa, aa_pairs = aa_control(visits["triton"], visits["helion"], band_pct=band)
-            p = pub.get((sku, *key)) if compare else None
+            judged, basis = arm_comparison(visits["triton"], visits["helion"], band, definition=definition)
+            for_claim, _ = arm_comparison(visits["triton"], visits["helion"], band, confidence=family,
+                                          definition=definition)  # fmt: skip
+            others = {m[0]: arm_comparison(visits["triton"], visits["helion"], band, m[0],
+                                           definition=definition)[0] for m in VISIT_METRICS[1:]}  # fmt: skip
+            aa, aa_pairs = aa_control(visits["triton"], visits["helion"], band_pct=band, confidence=family)
+            p = pub.get((sku, *key))
             rows.append(
                 {
                     "run_id": run_id, "sku": sku, "host": host, "protocol": protocol, "key": key,
@@ -315,12 +366,15 @@ def serving_rows(c: Collected, published: dict) -> list[dict]:
                     "triton_text": triton_text, "helion_text": helion_text,
                     "visits": visits, "judged": judged, "ci": judged.ci, "ci_basis": basis,
                     "verdict": judged.text, "kind": judged.kind, "band": band, "others": others,
-                    "claim_kind": for_claim.kind, "family_confidence": family,
+                    "claim_kind": for_claim.kind, "claim_judged": for_claim, "family_confidence": family,
+                    "sequential": bool(definition.get("sequential")), "definition": definition,
+                    "visits_complete": complete,
                     "aa_judged": aa, "aa": aa.ci if aa else None, "aa_pairs": aa_pairs,
                     "aa_verdict": aa.text if aa else "no A/A: one visit per arm",
                     "interleaved": interleaved(visits["triton"], visits["helion"]),
                     "spread_triton": visits["triton"].spread(), "spread_helion": visits["helion"].spread(),
                     "change": results.change_pct(triton, helion),
+                    "pub_source": p["source"] if p else None,
                     "pub_triton": p["triton"] if p else None, "pub_helion": p["helion"] if p else None,
                     "pub_change": results.change_pct(p["triton"], p["helion"]) if p else None,
                     "dev_triton": results.change_pct(p["triton"], triton) if p else None,
@@ -328,6 +382,53 @@ def serving_rows(c: Collected, published: dict) -> list[dict]:
                 }
             )  # fmt: skip
     return rows
+
+
+def serving_ab_table(protocol: str, published: dict) -> dict | None:
+    """The published serving A/B (published.toml's `serving_ab`) measured with this protocol, if any."""
+    return next((t for t in published.get("serving_ab", []) if t["protocol"] == protocol), None)
+
+
+def serving_ab_rows(c: Collected, published: dict) -> list[dict]:
+    """For a protocol of a published serving A/B: one row per (group, point, metric) with our two arms,
+    their change and interval verdict beside the published numbers of the same arms."""
+    rows = []
+    for (run_id, sku, host, protocol), by_arm in sorted(c.serving.items()):
+        table = serving_ab_table(protocol, published)
+        if table is None:
+            continue
+        base, cand = table["arms"]
+        records = {arm: by_arm.get(arm, []) for arm in (base, cand)}
+        everything = sorted((r for arm in (base, cand) for r in records[arm]), key=lambda r: r["created"])
+        used = protocol_used(protocol, everything)
+        metrics = used.get("metrics") or [m["metric"] for m in table["rows"]]
+        pub = {(r["input_len"], r["output_len"], r["concurrency"], r["metric"]): r for r in table["rows"]}
+        keys = {k for arm in (base, cand) for r in records[arm] for k in _points(r)}
+        keys |= protocol_points(protocol, everything)
+        band = band_of(protocol, everything)
+        for key in sorted(keys):
+            visits = {arm: _visits(records[arm], key) for arm in (base, cand)}
+            for metric in metrics:
+                ours = {arm: _median_visit(visits[arm], metric) for arm in (base, cand)}
+                judged, basis = arm_comparison(visits[base], visits[cand], band, metric, one_visit_runs=True)
+                p = pub.get((*key, metric))
+                pub_sku = p["sku"] if p else None
+                rows.append(
+                    {
+                        "run_id": run_id, "sku": sku, "host": host, "protocol": protocol, "key": key,
+                        "metric": metric, "arms": (base, cand), "source": table["source"],
+                        "ours": ours, "change": results.change_pct(ours[base], ours[cand]),
+                        "judged": judged, "ci_basis": basis,
+                        "pub": {arm: p[arm] for arm in (base, cand)} if p else None, "pub_sku": pub_sku,
+                        "pub_change": results.change_pct(p[base], p[cand]) if p else None,
+                    }
+                )  # fmt: skip
+    return rows
+
+
+def _median_visit(visits: Visits, metric: str) -> float | None:
+    values = [v for v in visits.by_visit(metric).values() if v is not None]
+    return results.median(values) if values else None
 
 
 def kernel_rows(c: Collected, published: dict) -> list[dict]:
@@ -416,6 +517,18 @@ def judge(claim: dict, serving: list[dict], kernels: list[dict]) -> tuple[str, s
     return f"{verdict} by the PR's method", pr_method + missing
 
 
+def claim_decided_at(verdict: str, measured: list[dict]) -> int | None:
+    """The visit after which a claim's verdict was known: holds, when its last point became decisive;
+    does not hold, when its first point was outside at the claim's confidence (None: not decided)."""
+    if verdict.startswith(stats.HOLDS):
+        found = [r["judged"].decided_at for r in measured]
+        return max(found) if found and all(found) else None
+    if verdict == stats.DOES_NOT_HOLD:
+        found = [r["claim_judged"].decided_at for r in measured if r["claim_kind"] == stats.OUTSIDE]
+        return min(v for v in found if v) if any(found) else None
+    return None
+
+
 def _judge_by_intervals(
     claim: dict, measured: list[dict], unmeasured: int, pr_method: str
 ) -> tuple[str, str]:
@@ -424,25 +537,36 @@ def _judge_by_intervals(
     count = {k: kinds.count(k) for k in stats.KINDS}
     family_outside = sum(r["claim_kind"] == stats.OUTSIDE for r in measured)
     b = f"±{claim['limit']:g} %"
+    method = measured[0]["judged"].method
     evidence = (
-        f"95 % intervals: {count[stats.WITHIN]} within {b}, {count[stats.INSIDE]} different but inside, "
+        f"95 % {'confidence sequence' if measured[0]['sequential'] else 'intervals'}: "
+        f"{count[stats.WITHIN]} within {b}, {count[stats.INSIDE]} different but inside, "
         f"{count[stats.OUTSIDE]} outside, {count[stats.CANNOT_TELL] + count[stats.NO_DATA]} cannot tell "
         f"(of {len(measured)} measured points); {family_outside} outside at the claim's "
         f"{100 * measured[0]['family_confidence']:.1f} % per point (95 % over its points)"
     )
     if unmeasured:
         evidence += f"; {unmeasured} point(s) missing or failed"
-    evidence += f". {pr_method}"
+    evidence += f" ({method}). {pr_method}"
     verdict = str(stats.claim_kinds([kinds], [[r["claim_kind"] for r in measured]])[0])
     if verdict == stats.HOLDS:
         return ("holds" if not unmeasured else "holds where measured"), evidence
     if verdict == stats.DOES_NOT_HOLD:
         return verdict, evidence
-    more = [r["judged"].more_visits for r in measured if r["judged"].more_visits]
-    if more:
+    open_ = [r["judged"] for r in measured if r["kind"] in (stats.CANNOT_TELL, stats.NO_DATA)]
+    more = [j.more_visits for j in open_ if j.more_visits]
+    if more and len(more) == len(open_):
         m = max(more)
-        m_text = f"more than {stats.MAX_MORE_VISITS}" if m > stats.MAX_MORE_VISITS else str(m)
-        return f"cannot tell at this noise: {m_text} more visits would settle it", evidence
+        chance = min(j.settle_probability for j in open_ if j.settle_probability is not None)
+        if m > stats.MAX_MORE_VISITS:
+            return (
+                f"cannot tell at this noise: more than {stats.MAX_MORE_VISITS} more visits needed",
+                evidence,
+            )
+        return (f"cannot tell at this noise: {m} more visits would settle it (each open point with "
+                f"probability at least {100 * chance:.0f} %)"), evidence  # fmt: skip
+    if any(r["judged"].ci is not None and not r["judged"].ci.paired for r in measured):
+        return "cannot tell at this noise: one visit per arm (a sequential protocol settles it)", evidence
     return "cannot tell at this noise", evidence
 
 

@@ -6,10 +6,23 @@ import io
 
 from kdakit.report.model import ARMS, Plot, shape_label
 
-ARM_STYLE = {  # colour, marker, filled, x offset (factor on the log concurrency axis): no arm hides another
-    "triton": ("tab:blue", "o", True, 0.93),
-    "helion": ("tab:orange", "s", False, 1.07),
+# Every series differs from every other in colour AND marker: per arm, one (colour, marker) per input
+# length; filled for triton, hollow for helion; arms drawn side by side (x offset on the log axis).
+SERIES_STYLE = {
+    "triton": (("tab:blue", "o"), ("tab:purple", "D"), ("tab:cyan", "v")),
+    "helion": (("tab:orange", "s"), ("tab:red", "^"), ("tab:brown", "P")),
 }
+ARM_OFFSET = {"triton": 0.93, "helion": 1.07}
+FIGURE_WIDTH_IN = 7.4  # shown at its own size in an 800 px window: no shrinking of its text
+FONT_PT = 9  # at 100 dpi, 12.5 px: legible in an 800 px window
+SMALL_PT = 8
+VERDICT_STYLE = {  # verdict: (colour, marker, words)
+    "within": ("tab:green", "o", "within the band"),
+    "inside": ("tab:blue", "D", "different but inside"),
+    "outside": ("tab:red", "X", "outside the band"),
+    "cannot tell": ("tab:gray", "v", "cannot tell"),
+}
+AA_STYLE = ("tab:purple", "s", "A/A (same arm, two visits)")
 
 
 def _pyplot():
@@ -18,25 +31,36 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams.update({"font.size": FONT_PT, "axes.titlesize": FONT_PT, "axes.labelsize": FONT_PT,
+                         "xtick.labelsize": SMALL_PT, "ytick.labelsize": SMALL_PT,
+                         "legend.fontsize": SMALL_PT})  # fmt: skip
     return plt
+
+
+def series_style(arm: str, length_index: int) -> tuple[str, str, bool]:
+    """(colour, marker, filled) of one arm's series at one input/output length."""
+    styles = SERIES_STYLE.get(arm, (("tab:gray", "x"),))
+    colour, marker = styles[length_index % len(styles)]
+    return colour, marker, arm == "triton"
 
 
 def throughput_figure(title: str, rows: list[dict]):
     """Measured output tok/s per arm against concurrency (arms side by side, bars: the range of the runs or
-    visits behind each value) and, on its own axis, measured / published per arm (near 1: as published)."""
+    visits behind each value) and, below on its own axis, measured / published per arm (near 1: as
+    published); each arm and length its own colour and marker."""
     plt = _pyplot()
     published = any(r.get(f"pub_{arm}") for r in rows for arm in ARMS)
-    fig, axes = plt.subplots(1, 2 if published else 1, figsize=(10 if published else 6.4, 3.8), dpi=100,
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(2 if published else 1, 1, figsize=(FIGURE_WIDTH_IN, 7.0 if published else 3.9),
+                             dpi=100, squeeze=False)  # fmt: skip
     ax = axes[0][0]
     lengths = sorted({r["key"][:2] for r in rows})
     for arm in ARMS:
-        color, marker, filled, offset = ARM_STYLE[arm]
         for n, (i, o) in enumerate(lengths):
+            color, marker, filled = series_style(arm, n)
             pts = sorted(
                 (r["key"][2], r[arm], r.get(f"spread_{arm}")) for r in rows if r["key"][:2] == (i, o)
             )
-            pts = [(x * offset, y, sp) for x, y, sp in pts if y is not None]
+            pts = [(x * ARM_OFFSET[arm], y, sp) for x, y, sp in pts if y is not None]
             if not pts:
                 continue
             xs, ys = [x for x, _, _ in pts], [y for _, y, _ in pts]
@@ -48,31 +72,33 @@ def throughput_figure(title: str, rows: list[dict]):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("concurrency (arms drawn side by side)")
     ax.set_ylabel("output tok/s (median)")
-    ax.set_title("measured (bars: range of runs or visits)", fontsize=9)
+    ax.set_title("measured (bars: range of runs or visits)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(ncol=2)
     if published:
-        ax = axes[0][1]
+        ax = axes[1][0]
         for arm in ARMS:
-            color, marker, filled, offset = ARM_STYLE[arm]
-            pts = [(r["key"][2] * offset, r[arm] / r[f"pub_{arm}"], r) for r in rows
-                   if r[arm] is not None and r.get(f"pub_{arm}")]  # fmt: skip
-            if not pts:
-                continue
-            low = [(v - r[f"spread_{arm}"][0] / r[f"pub_{arm}"]) if r.get(f"spread_{arm}") else 0.0
-                   for _, v, r in pts]  # fmt: skip
-            high = [(r[f"spread_{arm}"][1] / r[f"pub_{arm}"] - v) if r.get(f"spread_{arm}") else 0.0
-                    for _, v, r in pts]  # fmt: skip
-            ax.errorbar([x for x, _, _ in pts], [v for _, v, _ in pts], yerr=[low, high], fmt=marker,
-                        color=color, mfc=color if filled else "white", capsize=3, label=arm)  # fmt: skip
+            for n, (i, o) in enumerate(lengths):
+                color, marker, filled = series_style(arm, n)
+                pts = [(r["key"][2] * ARM_OFFSET[arm], r[arm] / r[f"pub_{arm}"], r) for r in rows
+                       if r["key"][:2] == (i, o) and r[arm] is not None and r.get(f"pub_{arm}")]  # fmt: skip
+                if not pts:
+                    continue
+                low = [(v - r[f"spread_{arm}"][0] / r[f"pub_{arm}"]) if r.get(f"spread_{arm}") else 0.0
+                       for _, v, r in pts]  # fmt: skip
+                high = [(r[f"spread_{arm}"][1] / r[f"pub_{arm}"] - v) if r.get(f"spread_{arm}") else 0.0
+                        for _, v, r in pts]  # fmt: skip
+                ax.errorbar([x for x, _, _ in pts], [v for _, v, _ in pts], yerr=[low, high], fmt=marker,
+                            color=color, mfc=color if filled else "white", capsize=3,
+                            label=f"{arm} {i}/{o}")  # fmt: skip
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency")
         ax.set_ylabel("measured / published")
-        ax.set_title("against the published numbers (1: as published)", fontsize=9)
+        ax.set_title("against the published numbers (1: as published)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
+        ax.legend(ncol=2)
+    fig.suptitle(title, fontsize=FONT_PT + 1)
     return fig
 
 
@@ -81,33 +107,36 @@ def throughput_plot(title: str, rows: list[dict], filename: str) -> Plot:
 
 
 def ratio_figure(title: str, rows: list[dict]):
-    """helion/triton per point with its 95 % interval (coloured by verdict) and the A/A interval beside it."""
+    """helion/triton per point with its 95 % interval (colour and marker by verdict) and the A/A interval
+    beside it; the legend below the plot says which is which."""
+    from matplotlib.lines import Line2D
+
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 3.6), dpi=100)
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 4.2), dpi=100)
     shown = [r for r in rows if r["ci"] is not None or r.get("aa") is not None]
-    colors = {"within": "tab:green", "inside": "tab:blue", "outside": "tab:red"}
+    used = set()
     for x, r in enumerate(shown):
-        for ci, dx, marker, color in (
-            (r["ci"], -0.12, "o", colors.get(r.get("kind"), "tab:gray")),
-            (r.get("aa"), 0.12, "s", "tab:purple"),
-        ):
+        verdict = VERDICT_STYLE.get(r.get("kind"), VERDICT_STYLE["cannot tell"])
+        for ci, dx, (color, marker, words) in ((r["ci"], -0.12, verdict), (r.get("aa"), 0.12, AA_STYLE)):
             if ci is None:
                 continue
+            used.add(words)
             if ci.low is not None:
                 ax.errorbar([x + dx], [ci.ratio], yerr=[[ci.ratio - ci.low], [ci.high - ci.ratio]],
-                            fmt=marker, color=color, capsize=4, markersize=5)  # fmt: skip
+                            fmt=marker, color=color, capsize=4, markersize=6)  # fmt: skip
             else:  # no interval (one visit): a hollow mark, no bar to draw
-                ax.plot([x + dx], [ci.ratio], marker, color=color, mfc="none")
+                ax.plot([x + dx], [ci.ratio], marker, color=color, mfc="none", markersize=6)
     band = rows[0]["band"] / 100 if rows else 0.01
     for y, style in ((1.0, "-"), (1 - band, ":"), (1 + band, ":")):
         ax.axhline(y, color="black", linestyle=style, linewidth=0.8)
-    ax.set_xticks(
-        range(len(shown)), [f"{r['key'][0]}/{r['key'][1]}\nC{r['key'][2]}" for r in shown], fontsize=7
-    )
-    ax.set_ylabel("helion / triton (●), A/A (■)", fontsize=8)
-    ax.set_title(f"{title}  (dotted: ±{band * 100:g} %; green within, blue different but inside, "
-                 "red outside, grey cannot tell)", fontsize=8)  # fmt: skip
+    ax.set_xticks(range(len(shown)), [f"{r['key'][0]}/{r['key'][1]}\nC{r['key'][2]}" for r in shown])
+    ax.set_ylabel("helion / triton")
+    ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
+    handles = [Line2D([], [], color=c, marker=m, linestyle="none", label=w)
+               for c, m, w in (*VERDICT_STYLE.values(), AA_STYLE) if w in used]  # fmt: skip
+    handles.append(Line2D([], [], color="black", linestyle=":", label=f"±{band * 100:g} % band"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
     return fig
 
 
@@ -116,12 +145,8 @@ def ratio_plot(title: str, rows: list[dict], filename: str) -> Plot:
 
 
 def telemetry_plot(title: str, rows: list[dict], windows: list[dict], filename: str) -> Plot:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (clock, power) = plt.subplots(2, 1, figsize=(6.4, 4.2), dpi=100, sharex=True)
+    plt = _pyplot()
+    fig, (clock, power) = plt.subplots(2, 1, figsize=(FIGURE_WIDTH_IN, 4.6), dpi=100, sharex=True)
     for gpu in sorted({r["gpu"] for r in rows}):
         mine = [r for r in rows if r["gpu"] == gpu]
         ts = [r["t_s"] for r in mine]
@@ -136,49 +161,98 @@ def telemetry_plot(title: str, rows: list[dict], windows: list[dict], filename: 
     for w in windows:
         for ax in (clock, power):
             ax.axvspan(w["start_s"], w["end_s"], color="tab:orange", alpha=0.12)
-    clock.set_ylabel("SM clock (MHz)", fontsize=8)
-    power.set_ylabel("power (W)", fontsize=8)
-    power.set_xlabel("seconds (shaded: measured runs; dotted: power limit)", fontsize=8)
-    clock.set_title(title, fontsize=9)
-    clock.legend(fontsize=6, ncol=4)
+    clock.set_ylabel("SM clock (MHz)")
+    power.set_ylabel("power (W)")
+    power.set_xlabel("seconds (shaded: measured runs; dotted: power limit)")
+    clock.set_title(_fit(title))
+    clock.legend(ncol=4)
     for ax in (clock, power):
         ax.grid(alpha=0.3)
     return Plot(title, filename, _png(fig))
 
 
 def kernel_plot(title: str, rows: list[dict], filename: str) -> Plot:
-    import matplotlib
+    return Plot(title, filename, _png(kernel_figure(title, rows)))
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.2, 3.8), dpi=100)
-    labels = [f"{r['phase']}\n{shape_label(r['shape'])}" for r in rows]
+def kernel_figure(title: str, rows: list[dict]):
+    """Median latency per phase and shape, the arms side by side (colour and hatch), published marks."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(FIGURE_WIDTH_IN, 4.2), dpi=100)
+    labels = []
+    for r in rows:
+        missing = [arm for arm in ARMS if r[arm] is None]
+        note = (
+            ""
+            if not missing
+            else "\nboth missing"
+            if len(missing) == len(ARMS)
+            else f"\n{missing[0]} missing"
+        )
+        labels.append(f"{r['phase']}\n{shape_label(r['shape'])}{note}")
     xs = range(len(rows))
     width = 0.38
-    for k, (arm, color) in enumerate((("triton", "tab:blue"), ("helion", "tab:orange"))):
+    for k, (arm, color, hatch) in enumerate((("triton", "tab:blue", ""), ("helion", "tab:orange", "//"))):
         offs = [x + (k - 0.5) * width for x in xs]
-        ax.bar(
-            offs,
-            [r[arm] if r[arm] is not None else float("nan") for r in rows],
-            width,
-            color=color,
-            label=arm,
-        )
+        ax.bar(offs, [r[arm] if r[arm] is not None else float("nan") for r in rows], width, color=color,
+               hatch=hatch, edgecolor="white", label=arm)  # fmt: skip
         pubs = [(o, r[f"pub_{arm}"]) for o, r in zip(offs, rows, strict=True) if r[f"pub_{arm}"] is not None]
         if pubs:
-            ax.scatter([o for o, _ in pubs], [v for _, v in pubs], marker="_", color="black", s=120, zorder=3)
-        for o, r in zip(offs, rows, strict=True):
-            if r[arm] is None:
-                ax.text(o, 0.02, r[f"{arm}_text"], rotation=90, fontsize=6, ha="center", va="bottom",
-                        transform=ax.get_xaxis_transform())  # fmt: skip
-    ax.set_xticks(list(xs), labels, fontsize=7)
+            ax.scatter([o for o, _ in pubs], [v for _, v in pubs], marker="_", color="black", s=140, zorder=3,
+                       label="published" if k == 0 else None)  # fmt: skip
+    ax.set_xticks(list(xs), labels)
     ax.set_yscale("log")
     ax.set_ylabel("median latency (µs, log)")
-    ax.set_title(title + "  (—: published)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title(title)
+    ax.legend(ncol=3)
     ax.grid(alpha=0.3, axis="y")
-    return Plot(title, filename, _png(fig))
+    return fig
+
+
+def _fit(title: str, width: int = 90) -> str:
+    """A long title (a record's path) over two lines rather than cut at the figure's edge."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, width)) if len(title) > width else title
+
+
+def _drawn_texts(fig) -> list:
+    """The texts a figure draws: its titles, the axes' titles, labels, legends and the tick labels inside
+    each axis' view (matplotlib keeps, and does not draw, the ones outside)."""
+    found = [t for t in (*fig.texts, getattr(fig, "_suptitle", None)) if t is not None]
+    for ax in fig.axes:
+        found += [ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label]
+        legend = ax.get_legend()
+        if legend is not None:
+            found += legend.get_texts()
+        for axis, (low, high) in ((ax.xaxis, sorted(ax.get_xlim())), (ax.yaxis, sorted(ax.get_ylim()))):
+            for tick in axis.get_major_ticks():
+                if low <= tick.get_loc() <= high:
+                    found.append(tick.label1)
+    return [t for t in found if t.get_visible() and str(t.get_text()).strip()]
+
+
+def texts_outside(fig) -> list[str]:
+    """The texts of a figure (titles, labels, ticks, legends) not wholly inside it: cut in the PNG."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    box = fig.bbox
+    cut = []
+    for text in _drawn_texts(fig):
+        extent = text.get_window_extent(renderer)
+        if (
+            extent.x0 < box.x0 - 1
+            or extent.x1 > box.x1 + 1
+            or extent.y0 < box.y0 - 1
+            or extent.y1 > box.y1 + 1
+        ):
+            cut.append(str(text.get_text()))
+    return cut
+
+
+def small_texts(fig, least_pt: float = SMALL_PT) -> list[str]:
+    """The texts of a figure set smaller than `least_pt` (illegible once the page shows it)."""
+    return [str(t.get_text()) for t in _drawn_texts(fig) if t.get_fontsize() < least_pt]
 
 
 def _png(fig) -> bytes:
@@ -186,6 +260,8 @@ def _png(fig) -> bytes:
 
     buf = io.BytesIO()
     fig.tight_layout()
+    fig.savefig(io.BytesIO(), format="png")  # a first draw places the legend below the axes ...
+    fig.tight_layout()  # ... which the second layout makes room for
     fig.savefig(buf, format="png", metadata={"Software": None})
     plt.close(fig)
     return buf.getvalue()

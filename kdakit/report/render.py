@@ -6,7 +6,7 @@ import base64
 import html
 import re
 
-from kdakit.report.model import PLOTS_DIR, Plot, Section, Table
+from kdakit.report.model import PLOTS_DIR, Headline, Plot, Section, Table
 
 
 def _md_cell(text: str) -> str:
@@ -24,6 +24,9 @@ def to_markdown(sections: list[Section], title: str) -> str:
                 out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in b.rows]
             elif isinstance(b, Plot):
                 out.append(f"![{b.title}]({PLOTS_DIR}/{b.filename})")
+            elif isinstance(b, Headline):
+                out.append(f"**{b.claim}: {b.verdict}**")
+                out += [""] + [f"- {line}" for line in b.lines]
             else:
                 out.append(b)
             out.append("")
@@ -32,10 +35,17 @@ def to_markdown(sections: list[Section], title: str) -> str:
 
 CSS = """body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:80rem;padding:0 1rem;color:#222}
 table{border-collapse:collapse;margin:.5rem 0 1rem;font-size:.85rem;max-width:100%}
-th,td{border:1px solid #ccc;padding:.25rem .4rem;text-align:left;overflow-wrap:anywhere;vertical-align:top}
-th{background:#f3f3f3}td.num{text-align:right;white-space:nowrap}
+th,td{border:1px solid #ccc;padding:.25rem .4rem;text-align:left;overflow-wrap:normal;word-break:normal;
+hyphens:manual;vertical-align:top}
+th{background:#f3f3f3}td.num{text-align:right}.table{overflow-x:auto;max-width:100%}
+@media (max-width:900px){table{font-size:.78rem}th,td{padding:.2rem .3rem}}
 .holds{color:#17692c;font-weight:600}.inside{color:#1f4e9a;font-weight:600}
-.nothold{color:#b00020;font-weight:600}.missing{color:#777;font-style:italic}
+.nothold{color:#b00020;font-weight:600}.missing{color:#666;font-style:italic}.tell{color:#8a5a00;font-weight:600}
+.headline{border-left:.5rem solid #999;background:#f7f7f7;padding:.6rem 1rem;margin:.6rem 0 1rem}
+.headline.holds{border-color:#17692c;background:#eef7f0}.headline.nothold{border-color:#b00020;background:#fbeef0}
+.headline.tell{border-color:#c08000;background:#fdf6e8}.headline.missing{border-color:#999}
+.headline .claim{margin:0;color:#222;font-weight:400}.headline .answer{margin:.2rem 0;font-size:1.5rem}
+.headline ul{margin:.3rem 0 0;padding-left:1.2rem;color:#222;font-weight:400}
 figure{margin:.5rem 0 1rem}img{max-width:100%;height:auto}"""
 
 # The styling follows the meaning: only a result outside the band (or a claim that does not hold) is red;
@@ -51,7 +61,9 @@ def cell_class(text: str) -> str | None:
         return "inside"
     if text.startswith(("does not hold", "outside ±")):
         return "nothold"
-    if text.split(":")[0] in _NOT_MEASURED or text.startswith(("cannot tell", "no A/A")):
+    if text.startswith("cannot tell"):
+        return "tell"
+    if text.split(":")[0] in _NOT_MEASURED or text.startswith("no A/A"):
         return "missing"
     return None
 
@@ -59,14 +71,23 @@ def cell_class(text: str) -> str | None:
 _NUMBER = re.compile(r"[-+]?\d[\d.,]*%?( [(\[][^ ]*[)\]])?|[-+]?\d[\d.]* \[[\d., ]+\]|\d+ / \d+.*")
 
 
+_BREAK_AFTER = re.compile(r"([/,=])(?=\S)")
+
+
+def _breakable(text: str) -> str:
+    """Escaped text with break opportunities after path and list separators only (never inside a word)."""
+    return _BREAK_AFTER.sub(r"\1<wbr>", html.escape(str(text)))
+
+
 def _html_cell(text: str) -> str:
-    t = html.escape(str(text))
+    t = _breakable(text)
     css = cell_class(text) or ("num" if _NUMBER.fullmatch(str(text)) else None)
     return f'<td class="{css}">{t}</td>' if css else f"<td>{t}</td>"
 
 
 def _inline_md(text: str) -> str:
-    t = html.escape(text)
+    t = _breakable(text)
+    t = re.sub(r"`([^`]+)`", r"<code>\1</code>", t)
     while t.count("**") >= 2:
         t = t.replace("**", "<strong>", 1).replace("**", "</strong>", 1)
     return t
@@ -83,9 +104,18 @@ def to_html(sections: list[Section], title: str) -> str:
         out.append(f"<h2>{html.escape(s.title)}</h2>")
         for b in s.blocks:
             if isinstance(b, Table):
-                out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in b.headers) + "</tr>")
+                # a table wider than a narrow window scrolls in its own box; the page never does
+                out.append('<div class="table"><table><tr>'
+                           + "".join(f"<th>{html.escape(h)}</th>" for h in b.headers) + "</tr>")  # fmt: skip
                 out += ["<tr>" + "".join(_html_cell(c) for c in row) + "</tr>" for row in b.rows]
-                out.append("</table>")
+                out.append("</table></div>")
+            elif isinstance(b, Headline):
+                out.append(
+                    f'<div class="headline {b.css}"><p class="claim">{html.escape(b.claim)}</p>'
+                    f'<p class="answer {b.css}">{html.escape(b.verdict)}</p><ul>'
+                    + "".join(f"<li>{_inline_md(line)}</li>" for line in b.lines)
+                    + "</ul></div>"
+                )
             elif isinstance(b, Plot):
                 data = base64.b64encode(b.png).decode()
                 out.append(

@@ -1,8 +1,10 @@
 """`python -m kdakit.report.sample OUT`: a synthetic results tree to look at the report with.
 
 Every number is made up, drawn from fixed seeds around the PR's published H200 throughput: the `pr`
-protocol (one visit per arm, three runs) and the `rigorous` protocol (its visits per arm, interleaved, two
-runs each, one failed triton visit), a kernel record and two GSM8K runs. The run id says it is a sample.
+protocol (one visit per arm, three runs), the `rigorous` protocol (its visits per arm, interleaved, two
+runs each, one failed triton visit) and the sequential `decisive` protocol (visits until the stopping rule,
+kdakit.records.sequential, says stop), each visit with a drift shared by both arms, a kernel record and
+two GSM8K runs. The run id says it is a sample.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 from pathlib import Path
 
 from kdakit.facts import profiles
-from kdakit.records import results
+from kdakit.records import results, sequential
 from kdakit.report.model import ARMS
 
 RUN_ID = "sample-synthetic"
@@ -39,12 +41,16 @@ TRUE_RATIO = {
 }
 
 
-def _points(protocol, published: dict, arm: str, rng: random.Random, noise: float, failed: set) -> list[dict]:
+DRIFT = 0.01  # per visit, shared by both arms: what pairing the arms of a visit cancels
+
+
+def _points(protocol, published: dict, arm: str, rng: random.Random, noise: float, failed: set,
+            drift: float = 0.0) -> list[dict]:  # fmt: skip
     points = []
     for p in protocol.points:
         key = (p.input_len, p.output_len, p.concurrency)
         base = published.get(key, {"triton": 900.0})["triton"]  # the one point the PR did not publish
-        level = base * (TRUE_RATIO[key] if arm == "helion" else 1.0) * (1 + rng.gauss(0, noise))
+        level = base * (TRUE_RATIO[key] if arm == "helion" else 1.0) * (1 + drift) * (1 + rng.gauss(0, noise))
         if key in failed:
             points.append(
                 {
@@ -106,9 +112,10 @@ def write_sample(root: Path) -> Path:
     base = Path(root) / RUN_ID / HOST
     rng = random.Random(25)
     minute = 0
-    for name, noise in (("pr", 0.01), ("rigorous", 0.004)):
+    for name, noise in (("pr", 0.01), ("rigorous", 0.004), ("decisive", 0.004)):
         protocol = protocols[name]
         for visit in range(1, protocol.repeats + 1):
+            drift = rng.gauss(0, DRIFT)
             for arm in ARMS:
                 failed = {(4096, 1024, 16)} if (name, arm, visit) == ("rigorous", ARMS[0], 3) else set()
                 metrics = {
@@ -119,7 +126,7 @@ def write_sample(root: Path) -> Path:
                     "visit": visit,
                     "repeats_planned": protocol.repeats,
                     "protocol_definition": protocol_definition(protocol, PROTOCOLS_FILE),
-                    "points": _points(protocol, published, arm, rng, noise, failed),
+                    "points": _points(protocol, published, arm, rng, noise, failed, drift),
                 }
                 record = results.new_record(
                     "serving",
@@ -136,6 +143,8 @@ def write_sample(root: Path) -> Path:
                 minute += 7
                 suffix = f"-{visit}" if visit > 1 else ""
                 results.write_result(base / "serving" / f"{arm}-{name}{suffix}.result.json", record)
+            if protocol.sequential and sequential.decide(base.parent, name).stop:
+                break
     rows = []
     for phase, shape, t, h in (
         ("prefill", "1x4096", 390.0, 431.0),
@@ -184,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m kdakit.report.sample", description=__doc__.split("\n")[0]
     )
     parser.add_argument("out", help="folder for the synthetic results tree (results/<run-id>/<host>/...)")
-    print(write_sample(Path(parser.parse_args(argv).out)))
+    run = write_sample(Path(parser.parse_args(argv).out))
+    print(run)
+    print(f"decisive: {sequential.decide(run, 'decisive').reason}", file=sys.stderr)
     return 0
 
 

@@ -12,16 +12,20 @@ from kdakit.report.model import (
     ARMS,
     VISIT_METRICS,
     Collected,
+    Headline,
     Section,
     Table,
+    claim_decided_at,
     collect,
     fmt,
     fmt_pct,
     judge,
     kernel_rows,
     load_published,
-    protocol_used,
+    published_serving,
+    serving_ab_rows,
     serving_rows,
+    serving_sets,
     shape_label,
     visits_repeats_text,
 )
@@ -29,20 +33,164 @@ from kdakit.report.plots import kernel_plot, ratio_plot, telemetry_plot, through
 
 
 def build(root: Path, published: dict | None = None, plots: bool = True) -> list[Section]:
+    """The report's sections, the answer first: summary, verdicts, serving, kernels, GSM8K, telemetry, the
+    unreadable records (if any) and provenance."""
     published = published or load_published()
     c = collect(root)
     serving = serving_rows(c, published)
+    serving_ab = serving_ab_rows(c, published)
     kernels = kernel_rows(c, published)
-    sections = []
+    claims = claim_rows(c, published, serving, kernels)
+    sections = [
+        summary_section(claims),
+        overview_section(c, published),
+        verdicts_section(claims, c),
+        serving_section(c, serving, published, plots, other_prs=bool(serving_ab)),
+    ]
+    if serving_ab:
+        sections.append(serving_ab_section(serving_ab, published))
+    sections += [
+        kernels_section(kernels, plots),
+        gsm8k_section(c, published),
+        telemetry_section(c, plots),
+    ]
+    if c.skipped:
+        sections.append(unreadable_section(c))
+    sections.append(provenance_section(c))
+    return sections
 
+
+def claim_rows(c: Collected, published: dict, serving: list[dict], kernels: list[dict]) -> list[dict]:
+    """Every published claim judged on our rows: a serving claim once per protocol that measured its SKU
+    (the decisive answers first), a kernel claim by the PR's method."""
+    found = []
+    for claim in published.get("claims", []):
+        if claim["kind"] != "serving":
+            verdict, evidence = judge(claim, serving, kernels)
+            found.append({"claim": claim, "text": claim["text"], "protocol": None, "verdict": verdict,
+                          "evidence": evidence, "rows": []})  # fmt: skip
+            continue
+        measured = sorted({r["protocol"] for r in serving if r["sku"] == claim["sku"]})
+        main = serving_sets(published)[0].get("protocol") if serving_sets(published) else None
+        mine = []
+        for protocol in measured or [None]:
+            rows = [r for r in serving if r["protocol"] == protocol and r["sku"] == claim["sku"]]
+            verdict, evidence = judge(claim, rows, kernels)
+            text = claim["text"] if protocol in (main, None) else f"{claim['text']} (protocol {protocol})"
+            mine.append({"claim": claim, "text": text, "protocol": protocol, "verdict": verdict,
+                         "evidence": evidence, "rows": rows})  # fmt: skip
+        found += sorted(mine, key=_answer_order)
+    return found
+
+
+def _answer_order(row: dict) -> tuple:
+    """Decisive answers first, then a sequential protocol's, then more visits."""
+    decisive = row["verdict"].startswith((stats.HOLDS, stats.DOES_NOT_HOLD))
+    rows = row["rows"]
+    return (not decisive, not (rows and rows[0]["sequential"]), -(rows[0]["visits_complete"] if rows else 0))
+
+
+def visits_text(row: dict) -> str:
+    """How many visits a claim's verdict took, and why the run stopped where it did."""
+    rows = row["rows"]
+    measured = [r for r in rows if r["change"] is not None]
+    if not rows:
+        return "—"
+    complete = rows[0]["visits_complete"]
+    definition = rows[0]["definition"]
+    decided = claim_decided_at(row["verdict"], measured) if measured else None
+    if not rows[0]["sequential"]:
+        planned = definition.get("repeats") or 1
+        return f"{complete} of {planned} planned visit(s)"
+    text = (
+        f"decided after {decided} of {complete} visits" if decided else f"undecided after {complete} visits"
+    )
+    budget = definition.get("max_visits")
+    if not decided and budget and complete >= budget:
+        text += f" (budget of {budget} spent)"
+    return text
+
+
+def _claim_class(verdict: str) -> str:
+    if verdict.startswith(stats.HOLDS):
+        return "holds"
+    if verdict.startswith(stats.DOES_NOT_HOLD):
+        return "nothold"
+    return "missing" if verdict == stats.NO_DATA else "tell"
+
+
+def _what_would_change_it(row: dict) -> str:
+    verdict, rows = row["verdict"], row["rows"]
+    if not rows:
+        return "A run of the protocol on this SKU."
+    family = 100 * rows[0]["family_confidence"]
+    new_run = "Changed kernels, images or hosts need a new run."
+    if verdict.startswith(stats.HOLDS):
+        return (
+            "Only an error of the intervals: every point's 95 % interval lies inside the band, so a false "
+            f'claim reads "holds" at most 5 % of the time. {new_run}'
+        )
+    if verdict == stats.DOES_NOT_HOLD:
+        outside = ", ".join(_point_label(r) for r in rows if r["claim_kind"] == stats.OUTSIDE)
+        return (
+            f"Only an error of the interval of {outside} (judged at {family:.1f} % per point, so identical "
+            f'arms read "does not hold" at most 5 % of the time). {new_run}'
+        )
+    if rows[0]["sequential"]:
+        return (
+            "More visits: raise the protocol's max_visits (or max_hours) and run it again on the same run "
+            "id; " + verdict.split(": ", 1)[-1] + "."
+        )
+    from kdakit.bench.serving import load_protocols
+
+    found = [p for p in load_protocols().values() if p.sequential]
+    if not found:
+        return "More visits per arm, interleaved."
+    return (
+        f"The sequential protocol: `make ab-<sku> BENCH_PROTOCOL={found[0].name}` visits until every point "
+        f"and the claim are decisive (at most {found[0].max_visits} visits)."
+    )
+
+
+def _point_label(r: dict) -> str:
+    return f"{r['key'][0]}/{r['key'][1]} C{r['key'][2]}"
+
+
+def summary_section(claims: list[dict]) -> Section:
+    """The answer first: each claim with its verdict, the visits it took, and what would change it."""
+    section = Section("Summary")
+    shown = set()
+    for row in claims:
+        if row["claim"]["text"] in shown:
+            continue  # a serving claim's first row is its most decisive answer
+        shown.add(row["claim"]["text"])
+        lines = []
+        if row["protocol"]:
+            others = [f"{o['protocol']}: {o['verdict'].split(':')[0]}" for o in claims
+                      if o["claim"] is row["claim"] and o is not row]  # fmt: skip
+            lines.append(f"Protocol {row['protocol']}, {visits_text(row)}."
+                         + (f" Also measured: {'; '.join(others)}." if others else ""))  # fmt: skip
+            lines.append("What would change it: " + _what_would_change_it(row))
+        else:
+            lines.append(row["evidence"] + ".")
+        section.blocks.append(
+            Headline(row["claim"]["text"], row["verdict"], _claim_class(row["verdict"]), lines)
+        )
+    if not claims:
+        section.blocks.append("No published claim to judge.")
+    return section
+
+
+def overview_section(c: Collected, published: dict) -> Section:
     runs = sorted({r["run_id"] for _, r in c.records})
     hosts = sorted({(r["host"], r["sku"]) for _, r in c.records})
+    sources = ", ".join(dict.fromkeys(t.get("source", "?") for t in serving_sets(published)))
     overview = Section("Overview")
     overview.blocks.append(
         f"{len(c.records)} result records; run ids: {', '.join(runs)}; hosts: "
         + ", ".join(f"{h} ({s})" for h, s in hosts)
-        + ". Published numbers: "
-        + f"{published['serving']['source']} (serving, kernels); GSM8K sources listed in its table."
+        + f". Published numbers: {sources} (serving), {published.get('kernels', {}).get('source', '?')} "
+        "(kernels); GSM8K sources listed in its table."
     )
     if c.skipped:
         overview.blocks.append(
@@ -56,23 +204,13 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
         overview.blocks.append(
             f"GPU telemetry warnings during measured runs: {len(tel_warnings)} (see GPU telemetry)."
         )
-    sections.append(overview)
+    return overview
 
+
+def verdicts_section(claims: list[dict], c: Collected) -> Section:
     verdicts = Section("Verdicts")
-    vrows = []
-    for claim in published.get("claims", []):
-        if claim["kind"] != "serving":
-            verdict, evidence = judge(claim, serving, kernels)
-            vrows.append([claim["text"], claim["source"], verdict, evidence])
-            continue
-        # a serving claim is judged once per protocol measured (pr: the PR's medians; rigorous: paired CIs)
-        measured = sorted({r["protocol"] for r in serving if r["sku"] == claim["sku"]})
-        main = published["serving"]["protocol"]
-        for protocol in sorted(measured, key=lambda name: (name != main, name)) or [main]:
-            mine = [r for r in serving if r["protocol"] == protocol]
-            verdict, evidence = judge(claim, mine, kernels)
-            text = claim["text"] if protocol == main else f"{claim['text']} (protocol {protocol})"
-            vrows.append([text, claim["source"], verdict, evidence])
+    vrows = [[row["text"], row["claim"]["source"], row["verdict"], visits_text(row), row["evidence"]]
+             for row in claims]  # fmt: skip
     for record in c.gsm8k:
         m = record["metrics"]
         label = (
@@ -80,7 +218,9 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
             f"reaches {m['threshold']:.2f}"
         )
         if m.get("status", "ok") != "ok":
-            vrows.append([label, "protocol threshold", "no result", f"{m['status']}: {m.get('error', '')}"])
+            vrows.append(
+                [label, "protocol threshold", "no result", "—", f"{m['status']}: {m.get('error', '')}"]
+            )
             continue
         value = m[f"accuracy_{m['verdict_metric']}"]
         limited = " (limited run)" if m.get("limited") else ""
@@ -89,115 +229,187 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
                 label,
                 "protocol threshold",
                 "holds" if m["verdict"] == "pass" else "does not hold",
+                "—",
                 f"{m['verdict_metric']} accuracy {value:.4f} on {m['n_questions']} questions{limited}",
             ]
         )
-    verdicts.blocks.append(Table(["Claim", "Source", "Verdict", "Evidence"], vrows))
-    sections.append(verdicts)
+    verdicts.blocks.append(Table(["Claim", "Source", "Verdict", "Visits", "Evidence"], vrows))
+    return verdicts
 
+
+def serving_section(
+    c: Collected, serving: list[dict], published: dict, plots: bool, other_prs: bool = False
+) -> Section:
     serv = Section("Serving throughput (output tok/s, median of runs; every repeat counted)")
-    if not serving:
+    if not serving and not other_prs:
         serv.blocks.append("No serving results.")
-    for run_id, sku, host, protocol in sorted(
-        {(r["run_id"], r["sku"], r["host"], r["protocol"]) for r in serving}
-    ):
-        group = [
-            r
-            for r in serving
-            if (r["run_id"], r["sku"], r["host"], r["protocol"]) == (run_id, sku, host, protocol)
-        ]
-        by_arm = c.serving[(run_id, sku, host, protocol)]
-        serv.blocks.append(f"**{sku} — host {host}, run {run_id}, protocol {protocol}**")
-        for arm in ARMS:
-            arm_records = by_arm.get(arm, [])
-            if not arm_records:
-                serv.blocks.append(f"{arm}: no result (every point missing).")
-                continue
-            record = arm_records[-1]
-            m = record["metrics"]
-            extra = "; ".join(dict.fromkeys(n for r in arm_records for n in r.get("notes", [])[1:]))
-            accept = [p["accept_length"] for r in arm_records for p in r["metrics"]["points"]
-                      if p.get("accept_length") is not None]  # fmt: skip
-            accept_text = f", accept length {min(accept):.2f}–{max(accept):.2f}" if accept else ""
-            runs_text = f"{m.get('runs_per_point', '?')} runs per point"
-            repeats = len(arm_records)
-            planned = m.get("repeats_planned")
-            repeats_text = f", {repeats} repeat(s)" + (f" of {planned} planned" if planned else "")
-            serv.blocks.append(
-                f"{arm}: dataset {m['dataset']}, {runs_text}{repeats_text}{accept_text}"
-                + (f". {extra}" if extra else "")
-            )
-        paired = [r for r in group if r["ci"] is not None and r["ci"].paired]
-        band = group[0]["band"] if group else 1.0
-        used = protocol_used(protocol, [r for arm in ARMS for r in by_arm.get(arm, [])])
-        serv.blocks.append(
-            f"Protocol {protocol} as the runs used it ({used.get('source_file', 'unknown')}): "
-            f"band ±{band:g} %, {len(used.get('points', []))} points."
-        )
-        if paired:
-            serv.blocks.append(
-                "Helion/Triton: 95 % CI over visits paired by visit id (a visit missing or failed in either "
-                "arm drops its pair); visits "
-                + ("interleaved (ABAB…)." if all(r["interleaved"] for r in paired) else "NOT interleaved.")
-            )
-        serv.blocks.append(
-            f"Verdicts: within ±{band:g} % (the interval lies inside the band and includes 1), "
-            f"different but inside ±{band:g} % (inside the band, excludes 1), "
-            f"outside ±{band:g} % (wholly outside the band), "
-            "or cannot tell at this noise (with the visits that would settle it at the observed spread). "
-            f"No verdict is decisive with fewer than {stats.MIN_PAIRS} paired visits, and the spread behind "
-            "every interval is at least the A/A's (each arm's own visit-to-visit spread across fresh server "
-            f"starts) and at least {100 * stats.SPREAD_FLOOR_LOG:.1f} %. One visit per arm (the PR's "
-            "protocol) measures no visit-to-visit noise: its runs' interval is shown, never decisive. "
-            "A/A: visit 2 / visit 1, visit 4 / visit 3, ... of the same arm, judged the same way."
-        )
-        serv.blocks.append(
-            Table(
-                ["Input / Output", "C", "Triton tok/s", "Helion tok/s", "Change (PR's method)",
-                 "Published Triton", "Published Helion", "Published change", "Dev. Triton", "Dev. Helion"],
-                [
-                    [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]), r["triton_text"], r["helion_text"],
-                     fmt_pct(r["change"]), fmt(r["pub_triton"], missing="not published"),
-                     fmt(r["pub_helion"], missing="not published"), fmt_pct(r["pub_change"]),
-                     fmt_pct(r["dev_triton"]), fmt_pct(r["dev_helion"])]
-                    for r in group
-                ],
-            )
-        )  # fmt: skip
-        serv.blocks.append(
-            Table(
-                ["Input / Output", "C", "Visits T / H", "Helion/Triton (95 % CI)", "Verdict",
-                 "A/A (95 % CI)", "A/A verdict"],
-                [
-                    [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]), visits_repeats_text(r["visits"]),
-                     stats.fmt_ci(r["ci"]), r["verdict"], stats.fmt_ci(r["aa"]), r["aa_verdict"]]
-                    for r in group
-                ],
-            )
-        )  # fmt: skip
-        serv.blocks.append(
-            "Other metrics, helion/triton per visit (95 % CI and verdict; TTFT and TPOT: below 1 is faster):"
-        )
-        serv.blocks.append(
-            Table(
-                ["Input / Output", "C"] + [label for _k, label, _f, _r in VISIT_METRICS[1:]],
-                [
-                    [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2])]
-                    + [_metric_cell(r["others"][k]) for k, _l, _f, _r in VISIT_METRICS[1:]]
-                    for r in group
-                ],
-            )
-        )  # fmt: skip
-        if plots:
-            name = f"serving-{run_id}-{host}-{protocol}.png"
-            serv.blocks.append(throughput_plot(f"{sku} {host}: throughput vs concurrency", group, name))
-            if any(r["ci"] is not None for r in group):
-                name = f"serving-ratio-{run_id}-{host}-{protocol}.png"
-                serv.blocks.append(
-                    ratio_plot(f"{sku} {host} {protocol}: helion/triton, 95 % CI", group, name)
-                )
-    sections.append(serv)
+    for group_key in sorted({(r["run_id"], r["sku"], r["host"], r["protocol"]) for r in serving}):
+        group = [r for r in serving if (r["run_id"], r["sku"], r["host"], r["protocol"]) == group_key]
+        serv.blocks += serving_group_blocks(c, group_key, group, published, plots)
+    return serv
 
+
+def serving_group_blocks(c: Collected, group_key: tuple, group: list[dict], published: dict,
+                         plots: bool) -> list:  # fmt: skip
+    run_id, sku, host, protocol = group_key
+    by_arm = c.serving[group_key]
+    blocks: list = [f"**{sku} — host {host}, run {run_id}, protocol {protocol}**"]
+    for arm in ARMS:
+        arm_records = by_arm.get(arm, [])
+        if not arm_records:
+            blocks.append(f"{arm}: no result (every point missing).")
+            continue
+        m = arm_records[-1]["metrics"]
+        extra = "; ".join(dict.fromkeys(n for r in arm_records for n in r.get("notes", [])[1:]))
+        accept = [p["accept_length"] for r in arm_records for p in r["metrics"]["points"]
+                  if p.get("accept_length") is not None]  # fmt: skip
+        accept_text = f", accept length {min(accept):.2f}–{max(accept):.2f}" if accept else ""
+        runs_text = f"{m.get('runs_per_point', '?')} runs per point"
+        planned = m.get("repeats_planned")
+        bound = "at most " if group[0]["sequential"] else ""
+        repeats_text = f", {len(arm_records)} visit(s)" + (f" of {bound}{planned} planned" if planned else "")
+        blocks.append(
+            f"{arm}: dataset {m['dataset']}, {runs_text}{repeats_text}{accept_text}"
+            + (f". {extra}" if extra else "")
+        )
+    band = group[0]["band"] if group else 1.0
+    used = group[0]["definition"]
+    blocks.append(
+        f"Protocol {protocol} as the runs used it ({used.get('source_file', 'unknown')}): "
+        f"band ±{band:g} %, {len(used.get('points', []))} points"
+        + (
+            f", sequential: {used.get('min_visits')} to {used.get('max_visits')} visits, at most "
+            f"{used.get('max_hours')} hours."
+            if group[0]["sequential"]
+            else "."
+        )  # fmt: skip
+    )
+    paired = [r for r in group if r["ci"] is not None and r["ci"].paired]
+    if paired:
+        blocks.append(
+            "Helion/Triton: 95 % "
+            + ("confidence sequence" if group[0]["sequential"] else "interval")
+            + " over the paired log ratios of the visits (both arms of a visit, matched by visit id; a visit "
+            "missing or failed in either arm drops its pair); visits "
+            + ("interleaved (ABAB…)." if all(r["interleaved"] for r in paired) else "NOT interleaved.")
+        )
+    blocks.append(_verdict_words(group[0], band))
+    blocks.append(
+        Table(
+            ["Input / Output", "C", "Triton tok/s", "Helion tok/s", "Change (PR's method)",
+             "Published Triton", "Published Helion", "Published change", "Dev. Triton", "Dev. Helion"],
+            [
+                [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]), r["triton_text"], r["helion_text"],
+                 fmt_pct(r["change"]), fmt(r["pub_triton"], missing="not published"),
+                 fmt(r["pub_helion"], missing="not published"), fmt_pct(r["pub_change"]),
+                 fmt_pct(r["dev_triton"]), fmt_pct(r["dev_helion"])]
+                for r in group
+            ],
+        )
+    )  # fmt: skip
+    sources = sorted({r["pub_source"] for r in group if r["pub_source"]})
+    if sources:
+        blocks.append(f"Published: {', '.join(sources)} (matched on GPU and point, whatever the protocol).")
+    blocks.append(
+        Table(
+            ["Input / Output", "C", "Visits T / H", "Helion/Triton (95 % CI)", "Verdict", "Decided at visit",
+             "A/A (95 % CI)", "A/A verdict"],
+            [
+                [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]), visits_repeats_text(r["visits"]),
+                 stats.fmt_ci(r["ci"]), r["verdict"], _decided_text(r), stats.fmt_ci(r["aa"]),
+                 r["aa_verdict"]]
+                for r in group
+            ],
+        )
+    )  # fmt: skip
+    blocks.append(
+        "Other metrics, helion/triton per visit (95 % CI and verdict; TTFT, TPOT and ITL: below 1 is faster):"
+    )
+    blocks.append(
+        Table(
+            ["Input / Output", "C"] + [label for _k, label, _f, _r in VISIT_METRICS[1:]],
+            [
+                [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2])]
+                + [_metric_cell(r["others"][k]) for k, _l, _f, _r in VISIT_METRICS[1:]]
+                for r in group
+            ],
+        )
+    )  # fmt: skip
+    blocks += published_metric_blocks(group, published)
+    if plots:
+        name = f"serving-{run_id}-{host}-{protocol}.png"
+        blocks.append(throughput_plot(f"{sku} {host} {protocol}: throughput vs concurrency", group, name))
+        if any(r["ci"] is not None for r in group):
+            name = f"serving-ratio-{run_id}-{host}-{protocol}.png"
+            blocks.append(ratio_plot(f"{sku} {host} {protocol}: helion/triton, 95 % CI", group, name))
+    return blocks
+
+
+def _verdict_words(row: dict, band: float) -> str:
+    spread = (
+        "the spread is that of the paired log ratios (what drifts between visits cancels in each pair), "
+        f"at least {100 * stats.SPREAD_FLOOR_LOG:.1f} % (a constant floor, marked where it applied)"
+    )
+    if row["sequential"]:
+        method = (
+            "The interval is an always-valid 95 % confidence sequence (it holds at every visit at once), "
+            "intersected over the visits so far, so the protocol may stop as soon as every point and the "
+            f"claim are decisive; {spread}. Decided at visit: the visit after which the verdict was known."
+        )
+    else:
+        method = f"The interval is Student t over the visits, planned ahead; {spread}."
+    return (
+        f"Verdicts: within ±{band:g} % (the interval lies inside the band and includes 1), "
+        f"different but inside ±{band:g} % (inside the band, excludes 1), outside ±{band:g} % (wholly "
+        "outside the band), or cannot tell at this noise (with the visits that would settle it, by a power "
+        "calculation on the paired spread, and the probability that they do). "
+        f"{method} No verdict is decisive with fewer than {stats.MIN_PAIRS} paired visits. One visit per arm "
+        "(the PR's protocol) measures no visit-to-visit noise: its runs' interval is shown, never decisive. "
+        "A/A: visit 2 / visit 1, visit 4 / visit 3, ... of the same arm, at the claim's confidence per point."
+    )
+
+
+def _decided_text(r: dict) -> str:
+    decided = r["judged"].decided_at
+    if r["kind"] not in stats.DECISIVE or not decided:
+        return "—"
+    return str(decided)
+
+
+def published_metric_blocks(group: list[dict], published: dict) -> list:
+    """Published numbers of any other metric at the group's points, beside our medians: data (each table of
+    published.toml names its metric), so a new published table shows without a change here."""
+    blocks = []
+    for table in serving_sets(published):
+        metric = table.get("metric", "output_throughput")
+        if metric == "output_throughput":
+            continue  # in the main table
+        rows = []
+        for r in group:
+            p = published_serving({"serving": [table]}, metric).get((r["sku"], *r["key"]))
+            if not p:
+                continue
+            ours = {arm: _median_of(r["visits"][arm], metric) for arm in ARMS}
+            rows.append([f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]),
+                         fmt(p.get("triton"), missing="not published"), fmt(ours["triton"]),
+                         fmt_pct(results.change_pct(p.get("triton"), ours["triton"])),
+                         fmt(p.get("helion"), missing="not published"), fmt(ours["helion"]),
+                         fmt_pct(results.change_pct(p.get("helion"), ours["helion"]))])  # fmt: skip
+        if rows:
+            blocks.append(
+                f"Published {metric} ({table.get('source', '?')}) beside ours (median of the visits):"
+            )
+            blocks.append(Table(["Input / Output", "C", "Published Triton", "Triton", "Dev. Triton",
+                                 "Published Helion", "Helion", "Dev. Helion"], rows))  # fmt: skip
+    return blocks
+
+
+def _median_of(visits, metric: str) -> float | None:
+    values = [v for v in visits.by_visit(metric).values() if v is not None]
+    return results.median(values) if values else None
+
+
+def kernels_section(kernels: list[dict], plots: bool) -> Section:
     kern = Section("KDA kernel latency (µs, median)")
     if not kernels:
         kern.blocks.append("No kernel results.")
@@ -231,8 +443,10 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
             kern.blocks.append(
                 kernel_plot(f"{sku} {host}: KDA kernel latency", group, f"kernels-{run_id}-{host}.png")
             )
-    sections.append(kern)
+    return kern
 
+
+def gsm8k_section(c: Collected, published: dict) -> Section:
     gsm = Section("GSM8K")
     if not c.gsm8k:
         gsm.blocks.append("No GSM8K results.")
@@ -240,23 +454,28 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
         gsm.blocks.append(
             "Published: the mean of the published runs for the same protocol, GPU and arm; deviation in "
             "percentage points of the verdict metric. A limited run (fewer questions than its protocol) is "
-            "never compared. Numeric: SGLang's run_eval (last number); strict/flexible: lm-eval's filters."
+            "never compared. Numeric: SGLang's run_eval (last number); strict/flexible: lm-eval's filters; "
+            "symbolic: sgl-eval's math grader (the \\boxed{} answer). Accept length: SGLang's average "
+            "speculative accept length over the run (its counters reset by a flush before it), beside the "
+            "published one of the same protocol and arm on the GPU named."
         )
         ordered = sorted(c.gsm8k, key=lambda r: (r["run_id"], r["host"], r["arm"], r["protocol"],
                                                  r["metrics"]["run_index"], r["created"]))  # fmt: skip
         gsm.blocks.append(
             Table(
                 ["Host", "GPU", "Arm", "Protocol", "Tool", "Run", "Questions", "Strict", "Flexible",
-                 "Numeric", "Threshold", "Verdict", "Published", "Dev. (pts)"],
+                 "Numeric", "Symbolic", "Threshold", "Verdict", "Published", "Dev. (pts)", "Accept length",
+                 "Published accept length"],
                 [
                     [r["host"], r["sku"], r["arm"], r["protocol"], _tool_text(r["metrics"]),
                      str(r["metrics"]["run_index"]), _questions_text(r["metrics"]),
                      _acc(r["metrics"], "strict"), _acc(r["metrics"], "flexible"),
-                     _acc(r["metrics"], "numeric"),
+                     _acc(r["metrics"], "numeric"), _acc(r["metrics"], "symbolic"),
                      f"{r['metrics']['threshold']:.2f}",
                      f"{r['metrics']['verdict']} ({r['metrics']['verdict_metric']})"
                      + ("" if r["metrics"].get("status", "ok") == "ok" else f": {r['metrics']['status']}"),
-                     *_gsm8k_published(r, published)]
+                     *_gsm8k_published(r, published), fmt(r["metrics"].get("accept_length"), 3, "—"),
+                     _published_accept_length(r, published)]
                     for r in ordered
                 ],
             )
@@ -280,28 +499,21 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
     gsm.blocks.append(
         Table(
             ["Published", "Protocol", "GPU", "Arm", "Model", "Runs"],
-            [
-                [
-                    p["source"],
-                    p["protocol"],
-                    p["sku"],
-                    p["arm"],
-                    p["model"],
-                    ", ".join(f"{v:.4f}" for v in p["runs"]),
-                ]
-                for p in published.get("gsm8k", [])
-            ],
+            [[p["source"], p["protocol"], p["sku"], p["arm"], p["model"],
+              ", ".join(f"{v:.4f}" for v in p["runs"])] for p in published.get("gsm8k", [])],
         )
-    )
-    sections.append(gsm)
+    )  # fmt: skip
+    return gsm
 
-    sections.append(telemetry_section(c, plots))
-    if c.skipped:
-        bad = Section("Unreadable records")
-        bad.blocks.append("Named and skipped; everything else in the report is from the readable records.")
-        bad.blocks.append(Table(["Record", "Problem"], [[path, why] for path, why in c.skipped]))
-        sections.append(bad)
 
+def unreadable_section(c: Collected) -> Section:
+    bad = Section("Unreadable records")
+    bad.blocks.append("Named and skipped; everything else in the report is from the readable records.")
+    bad.blocks.append(Table(["Record", "Problem"], [[path, why] for path, why in c.skipped]))
+    return bad
+
+
+def provenance_section(c: Collected) -> Section:
     prov = Section("Provenance")
     prov.blocks.append(
         Table(
@@ -322,14 +534,56 @@ def build(root: Path, published: dict | None = None, plots: bool = True) -> list
             ],
         )
     )
-    sections.append(prov)
-    return sections
+    return prov
+
+
+METRIC_LABELS = {key: label for key, label, _f, _r in VISIT_METRICS}
+
+
+def serving_ab_section(rows: list[dict], published: dict) -> Section:
+    """Published serving A/Bs of other PRs: every published metric, ours beside theirs."""
+    section = Section("Serving A/B of other PRs (every published metric, ours beside theirs)")
+    for run_id, sku, host, protocol in sorted(
+        {(r["run_id"], r["sku"], r["host"], r["protocol"]) for r in rows}
+    ):
+        group = [
+            r
+            for r in rows
+            if (r["run_id"], r["sku"], r["host"], r["protocol"]) == (run_id, sku, host, protocol)
+        ]
+        base, cand = group[0]["arms"]
+        table = next(t for t in published["serving_ab"] if t["protocol"] == protocol)
+        gpus = sorted({r["pub_sku"] for r in group if r["pub_sku"]})
+        section.blocks.append(
+            f"**{sku} — host {host}, run {run_id}, protocol {protocol}**: {table['title']} "
+            f"({table['source']}). Published on {', '.join(gpus) or 'no GPU'}, ours on {sku}: compare each "
+            f"side's {base} → {cand} change, not the absolute numbers across GPUs. Ours: the median of the "
+            "visits' medians; interval and verdict of the change as in the serving section (ms metrics: "
+            "below 1 is faster)."
+        )
+        section.blocks.append(
+            Table(
+                ["Input / Output", "C", "Metric", f"Ours {base}", f"Ours {cand}", "Change",
+                 f"{cand}/{base} (95 % CI)", f"Published {base}", f"Published {cand}", "Published change"],
+                [
+                    [f"{r['key'][0]} / {r['key'][1]}", str(r["key"][2]),
+                     METRIC_LABELS[r["metric"]] + (" (ms)" if r["metric"].endswith("_ms") else ""),
+                     fmt(r["ours"][base], 3), fmt(r["ours"][cand], 3), fmt_pct(r["change"]),
+                     _metric_cell(r["judged"]),
+                     fmt(r["pub"][base] if r["pub"] else None, 3, missing="not published"),
+                     fmt(r["pub"][cand] if r["pub"] else None, 3, missing="not published"),
+                     fmt_pct(r["pub_change"])]
+                    for r in group
+                ],
+            )
+        )  # fmt: skip
+    return section
 
 
 def _metric_cell(judged: stats.Judgement) -> str:
     if judged.kind == stats.NO_DATA or judged.ci is None:
         return "no data"
-    if judged.ci.n < stats.MIN_PAIRS:
+    if judged.ci.n < stats.MIN_PAIRS or judged.ci.low is None:
         return f"{judged.ci.ratio:.4f} ({judged.ci.n} paired visit(s): cannot tell)"
     return f"{stats.fmt_ci(judged.ci)} {judged.text}"
 
@@ -357,6 +611,16 @@ def _gsm8k_published(record: dict, published: dict) -> list[str]:
     if ours is None:
         return [f"{mean:.4f} ({p['source']})", "n/a"]
     return [f"{mean:.4f} ({p['source']})", f"{(ours - mean) * 100:+.2f}"]
+
+
+def _published_accept_length(record: dict, published: dict) -> str:
+    """The published average accept length of the same protocol and arm, with the GPU it ran on."""
+    found = [
+        f"{p['accept_length']:.3f} ({p['sku']}, {p['source']})"
+        for p in published.get("gsm8k", [])
+        if p["protocol"] == record["protocol"] and p["arm"] == record["arm"] and "accept_length" in p
+    ]
+    return "; ".join(found) or "not published"
 
 
 def _acc(m: dict, name: str) -> str:

@@ -45,6 +45,8 @@ class Ansible:
     extra: list[str] = field(default_factory=list)  # EXTRA= of make: more ansible-playbook arguments
     dry_run: bool = False
     bench_protocol: str = ""
+    gsm8k_protocol: str = ""  # empty: the gsm8k role's default
+    purge: bool = False  # teardown: the staged image tarballs too
     hosts: str = ""  # the inventory group(s); empty: the run's SKU
     say: callable = print
 
@@ -52,7 +54,8 @@ class Ansible:
         """Run playbooks/<step>.yml for run.arm (and run.visit); (all ok, [{host, outcome, cause}])."""
         values = facts.extra_vars(
             run.results, run.run_id, run.arm, hosts=self.hosts or run.sku, visit=run.visit or None,
-            bench_protocol=self.bench_protocol,
+            bench_protocol=self.bench_protocol, gsm8k_protocol=self.gsm8k_protocol,
+            purge=True if self.purge and step == "teardown" else None,
         )  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="kdakit-step-") as scratch:
             output = Path(scratch) / "outcomes.json"

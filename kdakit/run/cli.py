@@ -19,10 +19,12 @@ from kdakit.run.ansible import PLAYBOOKS, Ansible
 STEPS = ("deploy", "eval-gsm8k", "bench", "collect", "teardown")
 
 
-def _ansible(args) -> Ansible:
+def _ansible(args, bench_protocol: str = "", gsm8k_protocol: str = "") -> Ansible:
     return Ansible(
         inventory=args.inventory, ansible_playbook=args.ansible_playbook, extra=shlex.split(args.extra),
-        dry_run=args.dry_run, bench_protocol=args.protocol or "", hosts=getattr(args, "hosts", "") or "",
+        dry_run=args.dry_run, bench_protocol=bench_protocol or args.protocol or "",
+        gsm8k_protocol=gsm8k_protocol, hosts=getattr(args, "hosts", "") or "",
+        purge=getattr(args, "purge", False),
     )  # fmt: skip
 
 
@@ -36,7 +38,7 @@ def preflight(args, sku: str, *flags: str) -> int:
         ansible_inventory = str(Path(args.ansible_playbook).parent / "ansible-inventory")
         argv = ["--sku", sku, "--inventory", args.inventory, "--playbook", str(PLAYBOOKS / "preflight.yml"),
                 "--ansible-playbook", args.ansible_playbook, "--ansible-inventory", ansible_inventory,
-                "--docker", args.docker, "--extra", f"-e @{facts_file} {args.extra}",
+                "--docker", args.docker, f"--extra=-e @{facts_file} {args.extra}",
                 "--results", args.results, *flags]  # fmt: skip
         return checks.cluster_main(argv)
     finally:
@@ -76,16 +78,20 @@ def _ab(args) -> int:
     if unknown:
         raise UsageError(f"unknown arm(s) {', '.join(unknown)}; known: {', '.join(profiles.arms())}")
     run_id = paths.resolve_run_id(args.results, args.run_id, new=True)
-    plan = loop.plan_of(args.protocol or "pr")
+    # a published A/B's protocols (arms.toml's published_ab, e.g. triton against cutedsl) unless given
+    published = profiles.ab_protocols(arms) or {}
+    bench_protocol = args.protocol or published.get("bench") or "pr"
+    gsm8k_protocol = args.gsm8k_protocol or published.get("gsm8k") or ""
+    plan = loop.plan_of(bench_protocol)
     run = RunContext(Path(args.results).resolve(), run_id, sku=sku)
     if args.scheduler == "slurm":
         backend = _slurm_backend(args, run)
     else:
         if not args.preflight_done:
-            rc = preflight(args, sku, "--gate", "--arms", str(len(arms)))
+            rc = preflight(args, sku, "--gate", "--arms", str(len(arms)), *arm_flags(arms))
             if rc != 0:
                 return rc
-        backend = _ansible(args)
+        backend = _ansible(args, bench_protocol, gsm8k_protocol)
     try:
         return loop.run_ab(run, arms, plan, backend, dry_run=args.dry_run, report=_report)
     except OSError as exc:
@@ -93,6 +99,11 @@ def _ab(args) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: run {run_id} stopped; its results so far are in {run.run_dir}", file=sys.stderr)
         return 130
+
+
+def arm_flags(arms) -> list[str]:
+    """Preflight's --arm per arm: it refuses an arm whose kernels cannot run on the SKU's GPU."""
+    return [flag for arm in arms for flag in ("--arm", arm)]
 
 
 def default_hosts() -> str:
@@ -112,7 +123,7 @@ def _step(args) -> int:
     sku = args.sku
     if new:
         profiles.sku(sku)
-        rc = preflight(args, sku, "--hosts-only")
+        rc = preflight(args, sku, "--hosts-only", *arm_flags([args.arm]))
         if rc != 0:
             return rc
         if not args.dry_run:
@@ -131,7 +142,8 @@ def _step(args) -> int:
 def _preflight(args) -> int:
     profiles.sku(args.sku)
     flags = (["--build"] if args.build else []) + (["--gate", "--arms", str(args.arms)] if args.gate else [])
-    return preflight(args, args.sku, *flags)
+    arms = args.arm or (list(profiles.ab_arms()) if args.gate else [])
+    return preflight(args, args.sku, *flags, *arm_flags(arms))
 
 
 def register(sub) -> None:
@@ -156,6 +168,9 @@ def register(sub) -> None:
 
     q = common("ab", _ab, "the A/B on the SKU's hosts: every visit of every arm, roll-up, report")
     q.add_argument("--arms", default="", help="the arms in order (default: arms.toml's ab)")
+    q.add_argument(
+        "--gsm8k-protocol", default="", help="GSM8K's protocol (default: a published A/B's, else the role's)"
+    )
     q.add_argument("--scheduler", choices=("ansible", "slurm"), default="ansible")
     q.add_argument("--preflight-done", action="store_true", help="skip the preflight gate (reproduce ran it)")
     q.add_argument("--slurm-settings", default="", help="the site's Slurm settings (slurm/site.example.toml)")
@@ -165,7 +180,11 @@ def register(sub) -> None:
     q.add_argument("--arm", default="helion")
     q.add_argument("--hosts", default="", help="inventory groups or hosts, colon-separated (not for deploy)")
     q.add_argument("--print-hosts", action="store_true", help="print the hosts the step would run on")
+    q.add_argument("--purge", action="store_true", help="teardown: the staged image tarballs too")
     q = common("preflight", _preflight, "one table of every host's checks")
     q.add_argument("--build", action="store_true", help="check the controller's image builder too")
     q.add_argument("--gate", action="store_true", help="fail only when nothing could run")
     q.add_argument("--arms", type=int, default=1, help="arm visits the run measures (disk check)")
+    q.add_argument(
+        "--arm", action="append", default=[], help="an arm it serves (repeatable; --gate: the A/B's arms)"
+    )

@@ -24,9 +24,9 @@ import importlib
 import importlib.util
 import logging
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
+
+from kdakit.kernels.integration.unified_diff import PatchError, apply_hunks, parse
 
 ENV_VAR = "KDAKIT_HELION_KERNELS"
 CHOICES = ("kdakit", "upstream")
@@ -53,10 +53,6 @@ ENTRY_POINTS = {
 BACKEND = "sglang/srt/layers/attention/linear/kda_backend.py"
 PATCH_DIR = Path(__file__).resolve().parent
 log = logging.getLogger("kdakit.integration")
-
-
-class PatchError(RuntimeError):
-    """The patch does not apply cleanly (wrong SGLang version, or the file was changed)."""
 
 
 def selected_kernels() -> str:
@@ -120,7 +116,7 @@ def helion_kda_modules(quiet: bool = False) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Applying the patch: a strict unified-diff applier (no `patch`/`git` needed in the image).
+# Applying the patch with the strict unified-diff applier of unified_diff.py (no `patch`/`git` in the image).
 
 
 def patch_file(sglang_version: str | None = None) -> Path:
@@ -131,79 +127,6 @@ def patch_file(sglang_version: str | None = None) -> Path:
     if not path.is_file():
         raise PatchError(f"no kdakit patch for sglang {version} ({path.name} missing)")
     return path
-
-
-@dataclass
-class Hunk:
-    old_start: int
-    new_start: int
-    old: list[str]
-    new: list[str]
-
-
-@dataclass
-class FilePatch:
-    path: str  # relative to site-packages, prefix a/ b/ stripped (patch -p1)
-    hunks: list[Hunk]
-
-
-_HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-
-
-def parse(text: str) -> list[FilePatch]:
-    files: list[FilePatch] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("--- ") and i + 1 < len(lines) and lines[i + 1].startswith("+++ "):
-            target = lines[i + 1][4:].split("\t")[0].strip()
-            files.append(FilePatch(target.split("/", 1)[1] if "/" in target else target, []))
-            i += 2
-            continue
-        match = _HUNK.match(line)
-        if match:
-            if not files:
-                raise PatchError("hunk before any file header")
-            old_count = int(match.group(2) or 1)
-            new_count = int(match.group(4) or 1)
-            hunk = Hunk(int(match.group(1)), int(match.group(3)), [], [])
-            i += 1
-            while (len(hunk.old) < old_count or len(hunk.new) < new_count) and i < len(lines):
-                body = lines[i]
-                tag, rest = (body[:1], body[1:]) if body else (" ", "")
-                if tag == " ":
-                    hunk.old.append(rest)
-                    hunk.new.append(rest)
-                elif tag == "-":
-                    hunk.old.append(rest)
-                elif tag == "+":
-                    hunk.new.append(rest)
-                elif tag != "\\":
-                    raise PatchError(f"malformed hunk line {i + 1}: {body!r}")
-                i += 1
-            if len(hunk.old) != old_count or len(hunk.new) != new_count:
-                raise PatchError(f"truncated hunk at line {i}")
-            files[-1].hunks.append(hunk)
-            continue
-        i += 1
-    if not files or not all(f.hunks for f in files):
-        raise PatchError("patch has no file with hunks")
-    return files
-
-
-def _apply_hunks(lines: list[str], hunks: list[Hunk], reverse: bool = False) -> list[str] | None:
-    """New lines, or None when any hunk's context is not found exactly at its place."""
-    out = list(lines)
-    shift = 0
-    for hunk in hunks:
-        old, new = (hunk.new, hunk.old) if reverse else (hunk.old, hunk.new)
-        at = (hunk.new_start if reverse else hunk.old_start) - 1 + shift
-        if at < 0 or out[at : at + len(old)] != old:
-            return None
-        out[at : at + len(old)] = new
-        shift += len(new) - len(old)
-    return out
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -219,9 +142,9 @@ def check(site_packages: str | Path, patch: Path | None = None) -> str:
         if not target.is_file():
             return "conflict"
         lines = _read_lines(target)
-        if _apply_hunks(lines, fp.hunks) is not None:
+        if apply_hunks(lines, fp.hunks) is not None:
             states.add("applies")
-        elif _apply_hunks(lines, fp.hunks, reverse=True) is not None:
+        elif apply_hunks(lines, fp.hunks, reverse=True) is not None:
             states.add("applied")
         else:
             return "conflict"
@@ -243,7 +166,7 @@ def apply(site_packages: str | Path, patch: Path | None = None) -> list[Path]:
     written = []
     for fp in parse(patch.read_text()):
         target = root / fp.path
-        new = _apply_hunks(_read_lines(target), fp.hunks)
+        new = apply_hunks(_read_lines(target), fp.hunks)
         assert new is not None
         target.write_text("\n".join(new) + "\n")
         written.append(target)

@@ -57,7 +57,7 @@ def shown(path: Path) -> str:
 
 def section(raw: Path) -> str:
     """BEGIN, the record line, the bench's table, END."""
-    from kdakit.kernels.tools import bench
+    from kdakit.kernels.tools import table
 
     result = _read(raw)
     mode = result.get("kernel_configs", {}).get("mode", "shipped")
@@ -66,7 +66,7 @@ def section(raw: Path) -> str:
         f"{environment_line(result.get('environment', {}))}; phases {','.join(result['config']['phases'])}, "
         f"configs {mode}."
     )
-    return "\n".join([BEGIN, "", line, "", bench.render_table(result), "", END])
+    return "\n".join([BEGIN, "", line, "", table.render_table(result), "", END])
 
 
 def current(path: Path | None = None, markers: tuple[str, str] = (BEGIN, END)) -> str:

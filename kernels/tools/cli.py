@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from kdakit.kernels import shapes
     from kdakit.kernels.tools import bench as bench_module
     from kdakit.kernels.tools import served as served_module
+    from kdakit.kernels.tools import sweep as sweep_module
     from kdakit.kernels.tools import upstream
     from kdakit.kernels.tuned import PREFILL_KERNELS
 
@@ -50,7 +51,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=_DefaultsShown,
     )
     phases = ",".join(bench_module.PHASES)
-    bench.add_argument("--phases", default=phases, help=f"a subset of {phases}")
+    bench.add_argument(
+        "--phases",
+        default=",".join(bench_module.DEFAULT_PHASES),
+        help=f"a subset of {phases} (verify-layer: conv1d update + recurrence per layer, the CuTe-verify "
+        "PR's table, with SGLang's ReplaySSM ring and CuTe where they run)",
+    )
+    bench.add_argument(
+        "--verify-layer-requests",
+        default=shapes.csv("bench", "verify_layer_requests"),
+        help="requests per layer verify (phase verify-layer)",
+    )
     bench.add_argument(
         "--decode-batches", default=shapes.csv("bench", "decode_batches"), help="requests per call"
     )
@@ -153,6 +164,43 @@ def register(sub: argparse._SubParsersAction) -> None:
     served.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
     served.add_argument("--run-id", default=None, help="the run's folder name (default: served-<UTC time>)")
     served.set_defaults(func=cmd_served)
+
+    sweep = kernels.add_parser(
+        "sweep",
+        help="the small-token prefill PR's sweep: every Helion prefill against SGLang's Triton, 216 cases "
+        "(GPU only)",
+        description="Lengths x heads x fixed/varlen x state precision (kernels/shapes.toml [sweep]), gate "
+        "and beta padded past the tokens, each arm in a fresh process whose first prefill is T = 1, and the "
+        "arm's decode refusing a non-power-of-two head dim. Appends RESULTS_DIR/RUN_ID/HOST/sweep.jsonl per "
+        "case, then writes sweep.json.",
+        formatter_class=_DefaultsShown,
+    )
+    sweep_defaults = sweep_module.SweepConfig()
+    sweep.add_argument("--arms", default=",".join(sweep_module.ARMS), help="Helion arms to sweep")
+    sweep.add_argument("--lengths", default=shapes.csv("sweep", "lengths"), help="tokens per sequence")
+    sweep.add_argument("--heads", default=shapes.csv("sweep", "heads"), help="head counts")
+    sweep.add_argument("--layouts", default=shapes.csv("sweep", "layouts"), help="fixed and/or varlen")
+    sweep.add_argument("--precisions", default=shapes.csv("sweep", "precisions"), help="state pool dtypes")
+    sweep.add_argument("--head-dim", type=int, default=sweep_defaults.head_dim, help="K = V")
+    sweep.add_argument("--timeout-s", type=float, default=300.0, help="bound on the whole sweep's workers")
+    sweep.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
+    sweep.add_argument("--run-id", default=None, help="the run's folder name (default: sweep-<UTC time>)")
+    sweep.add_argument("--dry-run", action="store_true", help="print the cases and worker command only")
+    sweep.set_defaults(func=cmd_sweep)
+
+    seeds = kernels.add_parser(
+        "seeds",
+        help="the seed PRs' kernel measurements in one bounded GPU call: the per-layer verify table and the "
+        "prefill sweep",
+        description="`kernels bench --phases verify-layer` in a child process, then `kernels sweep` for "
+        "every Helion arm, within --budget-s; writes RESULTS_DIR/RUN_ID/HOST/ and prints both tables last.",
+        formatter_class=_DefaultsShown,
+    )
+    seeds.add_argument("--budget-s", type=float, default=420.0, help="bound on the whole call")
+    seeds.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
+    seeds.add_argument("--run-id", default=None, help="the run's folder name (default: seeds-<UTC time>)")
+    seeds.add_argument("--dry-run", action="store_true", help="print the plan only")
+    seeds.set_defaults(func=cmd_seeds)
     for name, (func, help_text, options) in _SIMPLE_COMMANDS.items():
         command = kernels.add_parser(name, help=help_text)
         for option, option_help in options.items():
@@ -178,6 +226,7 @@ def config_from_args(args: argparse.Namespace):
         phases=bench.parse_phases(args.phases),
         decode_batches=bench.parse_int_list(args.decode_batches, "decode-batches"),
         verify_batches=bench.parse_int_list(args.verify_batches, "verify-batches"),
+        verify_layer_requests=bench.parse_int_list(args.verify_layer_requests, "verify-layer-requests"),
         draft_tokens=_positive(args.draft_tokens, "draft-tokens"),
         prefill_shapes=bench.parse_prefill_shapes(args.prefill_shapes),
         heads=_positive(args.heads, "heads"),
@@ -199,7 +248,7 @@ def cmd_autotune(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from kdakit.kernels import tuned
-    from kdakit.kernels.tools import bench
+    from kdakit.kernels.tools import bench, bench_record, table
 
     tuned.set_mode("shipped" if args.configs == "both" else args.configs)
     cfg = config_from_args(args)
@@ -214,15 +263,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     (out_dir / "kernels-bench.partial.json").unlink(missing_ok=True)
     result["kernel_configs"] = {"mode": args.configs, "active": tuned.active()}
-    raw, record = bench.write_outputs(result, out_dir, run_id)
-    print(bench.render_table(result))
+    raw, record = bench_record.write_outputs(result, out_dir, run_id)
+    print(table.render_table(result))
     print(tuned.describe_active(args.configs))
     print(f"\nwrote {raw}" + (f" and {record}" if record else ""))
-    return 1 if bench.any_failure(result) else 0
+    return 1 if bench_record.any_failure(result) else 0
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from kdakit.kernels.tools import bench
+    from kdakit.kernels.tools import bench_record, table
 
     raw = Path(args.raw)
     try:
@@ -232,9 +281,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     if result.get("kind") != "kdakit.kernels-bench":
         raise UsageError(f"{raw}: not a kernels-bench JSON (kind {result.get('kind')!r})")
     run_id = args.run_id or raw.resolve().parent.parent.name
-    print(bench.render_table(result))
-    print(f"\nwrote {bench.write_record(result, raw.parent, run_id)}")
-    return 1 if bench.any_failure(result) else 0
+    print(table.render_table(result))
+    print(f"\nwrote {bench_record.write_record(result, raw.parent, run_id)}")
+    return 1 if bench_record.any_failure(result) else 0
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
@@ -298,6 +347,67 @@ def cmd_served(args: argparse.Namespace) -> int:
     print(served.render_table(record))
     print(f"\nwrote {raw}")
     return 0
+
+
+def sweep_config_from_args(args: argparse.Namespace):
+    from kdakit.kernels.tools import bench, sweep
+
+    layouts = tuple(x.strip() for x in args.layouts.split(",") if x.strip())
+    precisions = tuple(x.strip() for x in args.precisions.split(",") if x.strip())
+    if not layouts or set(layouts) - {"fixed", "varlen"}:
+        raise UsageError(f"--layouts: expected fixed and/or varlen, got {args.layouts!r}")
+    known = ("bfloat16", "float16", "float32")  # state pool dtypes SGLang offers (--mamba-ssm-dtype)
+    if not precisions or set(precisions) - set(known):
+        raise UsageError(
+            f"--precisions: expected state dtypes among {', '.join(sorted(known))}, got {args.precisions!r}"
+        )
+    return sweep.SweepConfig(
+        lengths=bench.parse_int_list(args.lengths, "lengths"),
+        heads=bench.parse_int_list(args.heads, "heads"),
+        layouts=layouts,
+        precisions=precisions,
+        head_dim=_positive(args.head_dim, "head-dim"),
+    )
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from kdakit.kernels.tools import sweep
+
+    cfg = sweep_config_from_args(args)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in sweep.ARMS]
+    if unknown or not arms:
+        raise UsageError(f"--arms: expected a subset of {','.join(sweep.ARMS)}, got {args.arms!r}")
+    run_id = args.run_id or datetime.now(UTC).strftime("sweep-%Y%m%d-%H%M%S")
+    out_dir = Path(args.results_dir) / run_id / socket.gethostname()
+    planned = sweep.cases(cfg)
+    if args.dry_run:
+        probes = sum(1 for c in planned if c.length == 1)
+        print(
+            f"{len(planned) - probes} sweep cases and {probes} T = 1 probes per arm, "
+            f"first {planned[0].key()}, last {planned[-1].key()}; "
+            f"arms {', '.join(arms)}, each in a fresh process of {sys.executable}; "
+            f"rows to {out_dir / sweep.ROWS_NAME}"
+        )
+        return 0
+    result = sweep.run(
+        arms, cfg, out_dir, args.timeout_s, log=lambda m: print(m, file=sys.stderr, flush=True)
+    )
+    print(sweep.render(result))
+    print(f"\nwrote {out_dir / sweep.ROWS_NAME} and {out_dir / sweep.RESULT_NAME}")
+    return 1 if sweep.any_failure(result) else 0
+
+
+def cmd_seeds(args: argparse.Namespace) -> int:
+    from kdakit.kernels.tools import seeds
+
+    if args.budget_s < 120:
+        raise UsageError(
+            f"--budget-s: at least 120 s (compilation alone takes a minute), got {args.budget_s:g}"
+        )
+    run_id = args.run_id or datetime.now(UTC).strftime("seeds-%Y%m%d-%H%M%S")
+    log = print if args.dry_run else (lambda m: print(m, file=sys.stderr, flush=True))
+    return seeds.run(Path(args.results_dir), run_id, args.budget_s, dry_run=args.dry_run, log=log)
 
 
 def cmd_served_table(args: argparse.Namespace) -> int:

@@ -14,7 +14,8 @@ generated code calls) are swapped for interpreted twins, so the variable need no
 
 Usage, before any Triton or Helion import runs a kernel:
 
-    import os
+    import contextlib
+import os
     os.environ["TRITON_INTERPRET"] = "1"     # must be set before triton is imported
     from kdakit.kernels.tools import interpret
     interpret.install()
@@ -25,6 +26,7 @@ when the same process later runs kernels on a GPU, e.g. a pytest session with bo
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 _installed = False
@@ -180,3 +182,55 @@ def uninstall() -> None:
         setattr(owner, name, value)
     _restore_language()
     _installed = False
+
+
+@contextlib.contextmanager
+def sglang_builtin_aliases(prefixes: tuple[str, ...] = ("sglang.kernels",)):
+    """Under Triton's interpreter, kernel modules that bound a Triton builtin to a global at import
+    (`exp = tl.exp` in SGLang's fla `op.py`, then `from ...op import exp`) call the compiled-mode builtin,
+    which raises; the aliases forward to `tl.math` at call time instead, which the interpreter swaps. The
+    interpreter also lacks bf16 scalar constants (`get_bf16`), which SGLang's Triton KDA output kernel
+    makes. `prefixes`: the module names patched (FLA's `fla.` has the same aliases)."""
+    import sys
+
+    import torch
+    import triton.language as tl
+
+    builtins = {}
+    for name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid"):
+        for owner in (tl, tl.math):
+            if hasattr(owner, name):
+                builtins[id(getattr(owner, name))] = name
+
+    def forward(name):
+        def fn(*args, **kwargs):
+            kwargs.pop("_semantic", None)
+            return getattr(tl.math, name)(*args, **kwargs)
+
+        return fn
+
+    patched = []
+    from triton.runtime import interpreter
+
+    def get_bf16(self, value):  # bf16 constants, which the interpreter stores as uint16 bit patterns
+        bits = torch.tensor([value], dtype=torch.float32).bfloat16().view(torch.int16).numpy().view("uint16")
+        return interpreter.TensorHandle(bits, tl.bfloat16)
+
+    if not hasattr(interpreter.InterpreterBuilder, "get_bf16"):
+        interpreter.InterpreterBuilder.get_bf16 = get_bf16
+        patched.append((interpreter.InterpreterBuilder, "get_bf16", None))
+    for mod_name, module in list(sys.modules.items()):
+        if not mod_name.startswith(prefixes) or module is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            if id(value) in builtins and not attr.startswith("__"):
+                patched.append((module, attr, value))
+                setattr(module, attr, forward(builtins[id(value)]))
+    try:
+        yield
+    finally:
+        for owner, attr, value in patched:
+            if value is None:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, value)

@@ -1,6 +1,6 @@
 """The prefill a server runs: SGLang's own calling code per arm, one KDA layer and a stack of layers.
 
-`kdakit kernels served` (GPU only) measures, for every arm, through `kdakit.kernels.integration.lifecycle`:
+`kdakit kernels served` (GPU only) measures, for every arm, through `kdakit.kernels.tools.lifecycle`:
 
 - per KDA layer: the layer's extend in SGLang's breakable prefill CUDA graph as served (the extend captured
   on the bucket's static tables, or an eager break between graph segments where SGLang does not capture the
@@ -98,7 +98,7 @@ def _stack_body(life, cfg: StackConfig, tokens: int):
 def measure(arms: list[str], layer_cases, stack_cases, cfg: StackConfig, heads: int | None = None, log=print):
     """The record's rows: per-layer and stack timings for every arm (see the module docstring)."""
     import torch
-    from kdakit.kernels.integration import lifecycle
+    from kdakit.kernels.tools import lifecycle
 
     layer_rows, stack_rows = [], []
     for arm in arms:
@@ -150,10 +150,11 @@ def run(args) -> dict:
     cfg = StackConfig(
         layers=args.layers, hidden=args.hidden, ffn=args.ffn, reps=args.reps, max_seqs=args.max_seqs
     )
-    arms = [a.strip() for a in args.arms.split(",")] if args.arms else list(profiles.arms())
-    unknown = set(arms) - set(profiles.arms())
+    arms = [a.strip() for a in args.arms.split(",")] if args.arms else profiles.kernel_set_arms()
+    known = profiles.kernel_set_arms()  # arms with one backend for all three phases and no other flags
+    unknown = set(arms) - set(known)
     if unknown:
-        raise UsageError(f"--arms: unknown {', '.join(sorted(unknown))}; arms: {', '.join(profiles.arms())}")
+        raise UsageError(f"--arms: not {', '.join(sorted(unknown))}; arms it runs: {', '.join(known)}")
     layer_rows, stack_rows = measure(
         arms, parse_cases(args.layer_cases), parse_cases(args.stack_cases), cfg, heads=args.heads
     )

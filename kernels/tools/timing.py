@@ -75,6 +75,28 @@ def measure_copy_bandwidth(nbytes: int = 2 << 30, samples: int = 30) -> dict:
     return {"bytes": 2 * nbytes, "samples_us": times, "median_us": med, "bytes_per_s": bytes_per_s}
 
 
+def measure_matmul_rate(n: int = 8192, samples: int = 20) -> dict:
+    """The GPU's bf16 tensor-core rate as a large square matmul reaches it (FLOP/s, median of samples): the
+    rate of the prefill's compute floor, measured in the same run as the kernels."""
+    torch = _torch()
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        torch.matmul(a, b, out=out)
+    times = []
+    for _ in range(samples):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.matmul(a, b, out=out)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del a, b, out
+    seconds = statistics.median(times)
+    return {"flops_per_s": 2 * n**3 / seconds, "n": n, "dtype": "bfloat16", "samples_s": times}
+
+
 class GraphTimer:
     """Times callables inside CUDA graphs (per-call median over replays) and as single-call replays."""
 
@@ -150,3 +172,73 @@ def restored_per_call_us(
 
     with_restore = statistics.median(timer.per_call([both] * calls))
     return with_restore - statistics.median(timer.per_call([restore] * calls))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Statistics of samples, and rounds: every arm timed once per round, the order rotated.
+
+
+def summarize(samples: list[float]) -> dict[str, Any]:
+    """Median and spread of per-call samples (µs)."""
+    if not samples:
+        return {"n": 0, "median": None, "p20": None, "p80": None, "min": None}
+    ordered = sorted(samples)
+
+    def quantile(q: float) -> float:
+        pos = q * (len(ordered) - 1)
+        lo, hi = math.floor(pos), math.ceil(pos)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+    return {
+        "n": len(ordered),
+        "median": statistics.median(ordered),
+        "p20": quantile(0.2),
+        "p80": quantile(0.8),
+        "min": ordered[0],
+    }
+
+
+def time_rounds(
+    arms: list[str], time_arm: Callable[[str], dict], repeats: int
+) -> tuple[dict[str, list[dict]], dict[str, Exception]]:
+    """`repeats` rounds, each timing every arm once, the order rotated by one arm per round (ABC, BCA, CAB,
+    ...). Returns each arm's rounds ({"round", "position", **time_arm(arm)}) and the arms that raised (left
+    out of the later rounds)."""
+    rounds: dict[str, list[dict]] = {arm: [] for arm in arms}
+    errors: dict[str, Exception] = {}
+    for r in range(repeats):
+        shift = r % len(arms) if arms else 0
+        for position, arm in enumerate(arms[shift:] + arms[:shift]):
+            if arm in errors:
+                continue
+            try:
+                rounds[arm].append({"round": r, "position": position, **time_arm(arm)})
+            except Exception as exc:
+                errors[arm] = exc
+    return rounds, errors
+
+
+def _median_of(samples: list[float]) -> float | None:
+    return statistics.median(samples) if samples else None
+
+
+def arm_timing(rounds: list[dict]) -> dict:
+    """An arm's timing fields from its rounds: every sample list pooled in round order, per_call and
+    single_call summarizing the pooled samples except for the median, which is the median over rounds of
+    each round's median (with one round, that round's median: the fields of a record without rounds)."""
+    timing = {k: [x for r in rounds for x in r[k]] for k, v in rounds[0].items() if isinstance(v, list)}
+    for summary, samples in (("per_call", "samples_us"), ("single_call", "single_samples_us")):
+        timing[summary] = summarize(timing.get(samples, []))
+        medians = [statistics.median(r[samples]) for r in rounds if r.get(samples)]
+        if medians:
+            timing[summary]["median"] = statistics.median(medians)
+    timing["rounds"] = [
+        {
+            "round": r["round"],
+            "position": r["position"],
+            "per_call_us": _median_of(r.get("samples_us", [])),
+            "single_call_us": _median_of(r.get("single_samples_us", [])),
+        }
+        for r in rounds
+    ]
+    return timing

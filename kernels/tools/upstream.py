@@ -37,6 +37,9 @@ KERNEL_MODULES = {
     "triton_packed": "sglang.kernels.ops.attention.fla.fused_recurrent",
     "triton_cuda_dispatch": "sglang.kernels.ops.attention.kda_packed_decode",
     "triton_chunk": "sglang.kernels.ops.attention.fla.kda",
+    # what a layer's verify runs around the recurrence: the conv1d update, and ReplaySSM's commit fold
+    "conv1d": "sglang.kernels.ops.mamba.causal_conv1d_triton",
+    "replayssm_commit": "sglang.kernels.ops.attention.linear.kda_replayssm_spec_decode",
     # SGLang's Helion entry points: the modules the integration patch switches away from
     **{f"helion_{phase}": module for phase, module in integration.UPSTREAM_MODULES.items()},
 }
@@ -52,6 +55,8 @@ WHEEL_FOLDERS = (
 WHEEL_FILES = (
     "sglang/kernels/ops/attention/linear/__init__.py",
     "sglang/kernels/ops/attention/linear/fused_sigmoid_gating_recurrent.py",
+    "sglang/kernels/ops/attention/linear/kda_replayssm_spec_decode.py",
+    "sglang/kernels/ops/mamba/causal_conv1d_triton.py",
     "sglang/kernels/ops/attention/kda_packed_decode.py",
     "sglang/kernels/jit/csrc/attention/kda_packed_decode.cuh",
     "sglang/srt/environ.py",
@@ -63,11 +68,12 @@ STUB_PACKAGES = (
     "sglang/kernels",
     "sglang/kernels/ops",
     "sglang/kernels/ops/attention",
+    "sglang/kernels/ops/mamba",
     "sglang/kernels/jit",
     "sglang/srt",
 )
 MARKER = "kdakit-extract.json"
-LAYOUT = 2  # bump when the extracted file set changes, so old trees are extracted again
+LAYOUT = 3  # bump when the extracted file set changes, so old trees are extracted again
 
 _SRT_UTILS_STUB = '''"""kdakit stand-in for sglang.srt.utils: only what the KDA kernel modules import."""
 import functools
@@ -359,6 +365,8 @@ class UpstreamKernels:
     helion_packed_decode: Any = None
     helion_verify: Any = None
     helion_chunk_kda: Any = None
+    conv1d_update: Any = None  # causal_conv1d_update: the conv over a verify's draft tokens
+    replayssm_commit: Any = None  # commit_kda_replayssm_spec: ReplaySSM's fold of one layer
     modules: dict[str, Any] = dataclasses.field(default_factory=dict)
     missing: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -396,6 +404,8 @@ ENTRY_POINTS = {
     "triton_recurrent": "triton_recurrent:fused_sigmoid_gating_delta_rule_update",
     "triton_packed_decode_dispatch": "triton_packed:fused_recurrent_kda_packed_decode",
     "triton_chunk_kda": "triton_chunk:chunk_kda",
+    "conv1d_update": "conv1d:causal_conv1d_update",
+    "replayssm_commit": "replayssm_commit:commit_kda_replayssm_spec",
     **{
         attr: f"helion_{phase}:{integration.ENTRY_POINTS[phase]}"
         for phase, attr in (

@@ -15,7 +15,8 @@ Python 3 standard library only (it runs in a bare Debian image with python3 and 
   --port 0            pick a free port; the first stdout line is always
                       "kdakit-fake-openai listening on http://HOST:PORT"
   --data FILE         GSM8K jsonl ({"question", "answer"} lines, answer ends in "#### N"); default: the kit's
-                      evals/data/gsm8k/test.jsonl when present. Unknown prompts get filler text.
+                      evals/data/gsm8k/test.jsonl when present. Unknown prompts get filler text; a prompt
+                      that asks for the answer in \\boxed{} (sgl-eval's) gets it there.
   --error-rate R      fraction of questions answered wrong. Question i (its line in --data) is wrong when
                       floor((i+1)*R + phase) > floor(i*R + phase), phase from --seed: every prefix of n
                       questions has floor(n*R + phase) wrong answers, exactly n*R when that is an integer.
@@ -77,6 +78,11 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+
+class Server(ThreadingHTTPServer):
+    request_queue_size = 256  # a C48 client connects at once; the default backlog (5) resets some
+
+
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "evals" / "data" / "gsm8k" / "test.jsonl"
 FILLER_WORD = "token "  # one word = one "token"; trailing space so streamed pieces concatenate
 
@@ -114,6 +120,8 @@ def auth_status(method: str, path: str, header: str | None, api_key: str | None,
 
 # name -> template; {v} is the number as printed by the format's own rule (see render_answer).
 FORMATS = ("hash", "hash_commas", "dollar_period", "hash_dollar", "reasoning_plain", "think_block")
+# A prompt that asks for the answer in \boxed{} (sgl-eval's math prompt) gets it there, nothing else.
+BOXED_ASKED = "\\boxed{"
 
 
 def is_wrong(index: int, error_rate: float, seed: int) -> bool:
@@ -196,6 +204,8 @@ class Gsm8kOracle:
         value = self.values[i]
         if is_wrong(i, self.error_rate, self.seed):
             value = value + 1 + i % 7
+        if BOXED_ASKED in prompt:  # a model that follows sgl-eval's instruction
+            return f"Working through the problem gives {value}.\n\\boxed{{{value}}}"
         return render_answer(value, answer_format(i, self.seed))
 
 
@@ -260,7 +270,7 @@ class FakeState:
                 "max_tokens": _max_tokens(params, "max_completion_tokens", "max_tokens", "max_new_tokens"),
                 "reasoning_effort": body.get("reasoning_effort"), "stream": bool(body.get("stream")),
                 "messages": [m.get("role") for m in body.get("messages", [])],
-                "question_row": rows[-1] if rows else None, "shot_rows": rows[:-1],
+                "question_row": rows[-1] if rows else self.oracle.find(prompt), "shot_rows": rows[:-1],
                 "in_flight": in_flight, "accept_length": accept,
             }  # fmt: skip
             self.log(entry)
@@ -564,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     # As PID 1 in a container SIGTERM has no default action; make `docker stop` end us promptly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     Handler.state = FakeState(args)
-    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server = Server((args.host, args.port), Handler)
     server.daemon_threads = True
     host, port = server.server_address[:2]
     print(f"kdakit-fake-openai listening on http://{host}:{port}", flush=True)

@@ -430,7 +430,9 @@ class Build:
 def make(
     target: str, engine: dockerd.Dockerd, timeout: float = 3600, **variables: str
 ) -> subprocess.CompletedProcess:
-    """Run one of images/images.mk's targets against the engine (Debian's BuildKit-capable client)."""
+    """Run one of images/images.mk's targets against the engine (Debian's BuildKit-capable client); the
+    image ID files go to the cache, never into the checkout's out/."""
+    variables.setdefault("IMAGE_OUT", str(CACHE / "image-out"))
     cmd = [
         "make",
         "--no-print-directory",

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from kdakit.kernels.tools import bench, upstream
+from kdakit.kernels.tools import bench, bench_inputs, bench_record, cost_model, table, timing, upstream
 
 from kdakit.cli import main
 
@@ -19,34 +19,35 @@ K = V = 128
 
 def test_decode_bytes_match_the_baseline_floor():
     # h200-baseline.md: decode B = 48 moves ~101.7 MB -> ~23.6 µs at 4.3 TB/s
-    nbytes = bench.decode_bytes(48, H, HV, K, V)
+    nbytes = cost_model.decode_bytes(48, H, HV, K, V)
     assert nbytes == pytest.approx(101.7e6, rel=2e-3)
     assert 48 * 2 * HV * V * K * 4 < nbytes  # state read + written, plus the activations
-    assert bench.floor_us(nbytes, 4.3e12) == pytest.approx(23.6, abs=0.05)
-    assert bench.decode_bytes(1, H, HV, K, V) * 48 > nbytes  # parameters are counted once per call
+    assert cost_model.floor_us(nbytes, 4.3e12) == pytest.approx(23.6, abs=0.05)
+    assert cost_model.decode_bytes(1, H, HV, K, V) * 48 > nbytes  # parameters are counted once per call
 
 
 def test_verify_bytes_match_the_baseline_floor():
     # h200-baseline.md: verify 48x6 ~358 MB (~83 µs), 16x6 ~119 MB (~28 µs)
-    assert bench.verify_bytes(48, 6, H, HV, K, V) == pytest.approx(358e6, rel=3e-3)
-    assert bench.verify_bytes(16, 6, H, HV, K, V) == pytest.approx(119e6, rel=5e-3)
-    assert bench.floor_us(bench.verify_bytes(48, 6, H, HV, K, V), 4.3e12) == pytest.approx(83.3, abs=0.3)
+    assert cost_model.verify_bytes(48, 6, H, HV, K, V) == pytest.approx(358e6, rel=3e-3)
+    assert cost_model.verify_bytes(16, 6, H, HV, K, V) == pytest.approx(119e6, rel=5e-3)
+    floor = cost_model.floor_us(cost_model.verify_bytes(48, 6, H, HV, K, V), 4.3e12)
+    assert floor == pytest.approx(83.3, abs=0.3)
 
 
 def test_prefill_bytes_scale_with_tokens():
-    one = bench.prefill_bytes(1, 4096, H, HV, K, V)
-    assert bench.prefill_bytes(1, 8192, H, HV, K, V) - one == pytest.approx(
+    one = cost_model.prefill_bytes(1, 4096, H, HV, K, V)
+    assert cost_model.prefill_bytes(1, 8192, H, HV, K, V) - one == pytest.approx(
         one - 2 * HV * V * K * 4 - 16 * 129 * 4
     )
-    assert bench.floor_us(one, None) is None
+    assert cost_model.floor_us(one, None) is None
 
 
 def test_change_and_summary():
-    assert bench.change(7.0, 10.0) == pytest.approx(-0.3)
-    assert bench.change(None, 10.0) is None and bench.change(1.0, 0.0) is None
-    s = bench.summarize([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert table.change(7.0, 10.0) == pytest.approx(-0.3)
+    assert table.change(None, 10.0) is None and table.change(1.0, 0.0) is None
+    s = timing.summarize([5.0, 1.0, 3.0, 2.0, 4.0])
     assert s == {"n": 5, "median": 3.0, "p20": 1.8, "p80": 4.2, "min": 1.0}
-    assert bench.summarize([])["median"] is None
+    assert timing.summarize([])["median"] is None
 
 
 def test_rotation_keeps_l2_cold():
@@ -66,7 +67,7 @@ def test_rotation_keeps_l2_cold():
 
 
 def _entry(median: float, ok: bool = True) -> dict:
-    stats = bench.summarize([median] * 60)
+    stats = timing.summarize([median] * 60)
     return {"status": "ok", "check": {"ok": ok}, "per_call": stats, "single_call": stats, "samples_us": []}
 
 
@@ -151,15 +152,15 @@ def test_the_packed_projection_splits_into_q_k_v_views_as_sglang_does():
     torch = pytest.importorskip("torch")
     cfg = bench.BenchConfig(heads=2, value_heads=4, head_dim=3)
     packed = torch.arange(5 * (2 * 2 * 3 + 4 * 3), dtype=torch.float32).reshape(5, -1)
-    q, k, v = bench._split_qkv(packed, cfg)
+    q, k, v = bench_inputs.split_qkv(packed, cfg)
     assert q.shape == k.shape == (1, 5, 2, 3) and v.shape == (1, 5, 4, 3)
     assert torch.equal(k[0, 2, 1], packed[2, 9:12]) and torch.equal(v[0, 4, 3], packed[4, 21:24])
     assert v.data_ptr() == packed[:, 12:].data_ptr()  # views: prefill writes its output into v in place
 
 
 def test_table_has_the_pr_columns_changes_and_floor():
-    table = bench.render_table(_result())
-    lines = table.splitlines()
+    printed = table.render_table(_result())
+    lines = printed.splitlines()
     header = next(line for line in lines if line.startswith("| phase | shape | Triton |"))
     assert "| Helion (kdakit) | change |" in header and "HBM floor" in header
     decode = next(line for line in lines if line.startswith("| decode | 48 × 1 |"))
@@ -168,29 +169,29 @@ def test_table_has_the_pr_columns_changes_and_floor():
     verify = next(line for line in lines if line.startswith("| verify | 16 × 6 |"))
     assert "FAIL" in verify and "+11.0 %" in verify
     assert any("n/a" in line for line in lines if "dispatch" in line)
-    assert "verify 16 × 6 helion-kdakit: ValueError: boom" in table
+    assert "verify 16 × 6 helion-kdakit: ValueError: boom" in printed
 
 
 def test_targets_are_judged_from_the_measured_numbers():
     result = _result()
     result["rows"][0]["batch"] = 48
     result["rows"][1]["arms"]["helion-kdakit"] = _entry(33.0)
-    verdicts = dict(bench.targets(result))
+    verdicts = dict(table.targets(result))
     assert verdicts["decode 48 × 1: 0.70x Triton non-packed (target <= 0.7)"] is True  # 25.0 / 35.8
     assert verdicts["decode 48 × 1: 25.00 vs helion-upstream 28.75 µs (target: faster)"] is True
     assert verdicts["decode 48 × 1: 1.06x the HBM floor (target <= 1.15)"] is True
     assert verdicts["verify 16 × 6: 0.83x Triton verify (target <= 0.85)"] is True
     assert not any("dispatch" in what for what in verdicts)  # no number, no verdict
     result["rows"][0]["arms"]["helion-kdakit"] = _entry(30.0)
-    verdicts = dict(bench.targets(result))
+    verdicts = dict(table.targets(result))
     assert verdicts["decode 48 × 1: 0.84x Triton non-packed (target <= 0.7)"] is False
-    assert "MISS decode 48 × 1: 0.84x Triton non-packed" in bench.render_table(result)
+    assert "MISS decode 48 × 1: 0.84x Triton non-packed" in table.render_table(result)
 
 
 def test_normalized_record_validates_against_the_results_schema(tmp_path):
     results = pytest.importorskip("kdakit.records.results")
     result = _result()
-    rows = bench.normalized_rows(result)
+    rows = bench_record.normalized_rows(result)
     assert len(rows) == 8
     kdakit_verify = next(r for r in rows if r["phase"] == "verify" and r["variant"] == "helion-kdakit")
     assert kdakit_verify == {
@@ -204,7 +205,7 @@ def test_normalized_record_validates_against_the_results_schema(tmp_path):
         "status": "failed",
         "error": "ValueError: boom",
     }
-    raw, record_path = bench.write_outputs(result, tmp_path, "kernels-test")
+    raw, record_path = bench_record.write_outputs(result, tmp_path, "kernels-test")
     assert json.loads(raw.read_text())["rows"][0]["shape"] == "48x1"
     record = results.read_result(record_path)
     assert record["kind"] == "kernels" and record["arm"] == "both"
@@ -213,12 +214,12 @@ def test_normalized_record_validates_against_the_results_schema(tmp_path):
 
 def test_a_failed_check_counts_as_failure():
     result = _result()
-    assert bench.any_failure(result)  # the failed kdakit verify
+    assert bench_record.any_failure(result)  # the failed kdakit verify
     result["rows"][1]["arms"]["helion-kdakit"] = _entry(30.0, ok=False)
-    assert bench.any_failure(result)
-    assert bench.normalized_rows(result)[-1]["status"] == "failed"
+    assert bench_record.any_failure(result)
+    assert bench_record.normalized_rows(result)[-1]["status"] == "failed"
     result["rows"][1]["arms"]["helion-kdakit"] = _entry(30.0)
-    assert not bench.any_failure(result)
+    assert not bench_record.any_failure(result)
 
 
 @pytest.mark.parametrize(
@@ -243,11 +244,11 @@ def test_cli_rejects_bad_input_in_one_line(argv, message, capsys):
     assert message in err and len(err.splitlines()) == 1
 
 
-def test_cli_bench_without_gpu_says_so(capsys, monkeypatch):
+def test_cli_bench_without_gpu_says_so(capsys, monkeypatch, tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    assert main(["kernels", "bench", "--phases", "decode"]) == 2
+    assert main(["kernels", "bench", "--phases", "decode", "--results-dir", str(tmp_path)]) == 2
     assert "needs an NVIDIA GPU" in capsys.readouterr().err
 
 
@@ -329,7 +330,7 @@ def test_bench_decode_and_verify_on_gpu(tmp_path):
             if entry["status"] == "ok":
                 assert entry["check"]["ok"], (row["phase"], arm, entry["check"])
                 assert entry["per_call"]["median"] > 0
-    raw, record = bench.write_outputs(result, tmp_path, "gpu-test")
+    raw, record = bench_record.write_outputs(result, tmp_path, "gpu-test")
     assert raw.is_file()
 
 
@@ -339,15 +340,41 @@ def test_cli_record_writes_the_record_from_a_raw_json(tmp_path, capsys):
     result["rows"][1]["arms"]["helion-kdakit"] = _entry(40.0)
     result["kind"] = "kdakit.kernels-bench"
     result["environment"].update(driver="580.159.04", hostname="gpu-box")
-    raw = tmp_path / "run-7" / "gpu-box" / bench.RAW_NAME
+    raw = tmp_path / "run-7" / "gpu-box" / bench_record.RAW_NAME
     raw.parent.mkdir(parents=True)
     raw.write_text(json.dumps(result))
     assert main(["kernels", "record", str(raw)]) == 0
     assert "| verify | 16 × 6 | 39.55 | 40.00 | +1.1 % |" in capsys.readouterr().out
-    record = json.loads((raw.parent / bench.RECORD_NAME).read_text())
+    record = json.loads((raw.parent / bench_record.RECORD_NAME).read_text())
     assert record["run_id"] == "run-7" and record["host"] == "gpu-box" and record["sku"] == "H200"
     assert record["provenance"]["gpus"] == ["NVIDIA H200"] and record["provenance"]["driver"] == "580.159.04"
     assert record["provenance"]["git_sha"] is None  # the bench host's checkout is unknown, not this one's
     (tmp_path / "other.json").write_text('{"kind": "gsm8k"}')
     assert main(["kernels", "record", str(tmp_path / "other.json")]) == 2
     assert "not a kernels-bench JSON" in capsys.readouterr().err
+
+
+def test_prefill_flops_count_the_chunked_products_and_give_a_compute_floor():
+    H = HV = 16
+    K = V = 128
+    one = cost_model.prefill_flops(1, 4096, H, HV, K, V)
+    assert cost_model.prefill_flops(1, 8192, H, HV, K, V) == 2 * one  # linear in chunks
+    assert cost_model.prefill_flops(1, 4097, H, HV, K, V) > one  # a partial chunk costs a whole one
+    assert one == pytest.approx(11.99e9, rel=0.01)  # 64 chunks x 16 heads x 11.7 MFLOP
+    assert cost_model.compute_floor_us(one, 800e12) == pytest.approx(15.0, rel=0.01)
+    assert cost_model.compute_floor_us(one, None) is None
+
+
+def test_the_prefill_peers_table_shows_fla_and_both_floors():
+    row = {
+        "phase": "prefill", "shape": "1x4096", "shape_label": "1 × 4096", "floor_us": 20.0,
+        "compute_floor_us": 22.4,
+        "arms": {"triton": _entry(420.0), "helion-kdakit": _entry(330.0), "helion-upstream": _entry(440.0),
+                 "fla": {"status": "missing", "error": "fla-core 0.6.0 not installed"}},
+    }  # fmt: skip
+    result = {"rows": [row], "matmul_rate": {"flops_per_s": 800e12}, "copy_bandwidth": {}}
+    printed = table.render_table(result)
+    assert "at 800 TFLOP/s (bf16 matmul measured in this run)" in printed
+    assert (
+        "| 1 × 4096 | 420.00 (-21.4 %) | 440.00 (-25.0 %) | 330.00 | n/a | 20.00 | 22.40 | 14.7× |" in printed
+    )

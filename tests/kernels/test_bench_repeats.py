@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from kdakit.kernels.tools import bench
+from kdakit.kernels.tools import bench, table, timing
 
 torch = pytest.importorskip("torch")
 
@@ -96,12 +96,12 @@ def test_the_ratio_table_shows_each_comparison_and_the_medians_over_rounds():
     row, _ = _run(_times([0.9] * 5), repeats=5)
     row.update(phase="verify", shape="16x6", floor_us=28.0)
     result = {"rows": [row], "config": {"repeats": 5, "band_pct": 1.0}, "copy_bandwidth": {}}
-    table = bench.render_table(result)
-    assert table.startswith("Per-call µs, then the median over 5 interleaved rounds.")
-    line = next(x for x in table.splitlines() if x.startswith("| verify | 16 × 6 | triton |"))
+    printed = table.render_table(result)
+    assert printed.startswith("Per-call µs, then the median over 5 interleaved rounds.")
+    line = next(x for x in printed.splitlines() if x.startswith("| verify | 16 × 6 | triton |"))
     assert line.endswith("| 5 | 0.9000 [0.9000, 0.9000] | different (CI excludes 1) |")
     del row["kdakit_vs"]  # a record written where scipy was missing: the table computes it from the rounds
-    assert bench.render_table(result) == table
+    assert table.render_table(result) == printed
 
 
 def test_an_arm_that_fails_in_a_later_round_is_failed_and_not_compared():
@@ -117,22 +117,22 @@ def test_one_round_gives_the_fields_and_table_of_a_record_without_rounds():
     row, _ = _run(_times([0.9]), repeats=1)
     entry = row["arms"]["helion-kdakit"]
     assert "kdakit_vs" not in row
-    assert entry["per_call"] == bench.summarize(entry["samples_us"])
-    assert entry["single_call"] == bench.summarize(entry["single_samples_us"])
+    assert entry["per_call"] == timing.summarize(entry["samples_us"])
+    assert entry["single_call"] == timing.summarize(entry["single_samples_us"])
     row.update(phase="verify", shape="16x6", floor_us=28.0)
     old = {**row, "arms": {a: {k: v for k, v in e.items() if k != "rounds"} for a, e in row["arms"].items()}}
-    assert bench.render_table({"rows": [row]}) == bench.render_table({"rows": [old]})
+    assert table.render_table({"rows": [row]}) == table.render_table({"rows": [old]})
 
 
 def test_the_newest_record_without_rounds_prints_the_table_its_run_printed():
     result = json.loads((RUN13 / "kernels-bench.json").read_text())
     assert "repeats" not in result["config"]
-    table = bench.render_table(result)
+    rendered = table.render_table(result)
     printed = (RUN13 / "bench.txt").read_text()
     # the one line reworded since that run: its targets' heading
     printed = printed.replace(
         "Issue 7 performance targets (kdakit Helion):",
         "Performance targets (kdakit Helion, kernels/shapes.toml [targets]):",
     )
-    assert table in printed
-    assert "kdakit / each arm" not in table
+    assert rendered in printed
+    assert "kdakit / each arm" not in rendered

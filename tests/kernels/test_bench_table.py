@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
-from kdakit.kernels.tools import bench, bench_table
+from kdakit.kernels.tools import bench_table, table
 
 from kdakit.cli import main
 
@@ -14,7 +14,7 @@ from kdakit.cli import main
 def test_the_committed_table_is_the_one_generated_from_the_newest_record():
     raw = bench_table.latest_raw()
     assert bench_table.current() == bench_table.section(raw), "run `kdakit kernels bench-table --write`"
-    assert bench.render_table(json.loads(raw.read_text())) in bench_table.current()
+    assert table.render_table(json.loads(raw.read_text())) in bench_table.current()
 
 
 def test_the_newest_record_is_chosen_by_its_creation_time(tmp_path):

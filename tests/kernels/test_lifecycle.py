@@ -1,6 +1,6 @@
 """The request lifecycle through SGLang 0.5.23's own KDA backend, per arm, on the CPU (Triton's interpreter).
 
-`kdakit.kernels.integration.lifecycle` builds SGLang's `KDAAttnBackend` from the pinned wheel with kdakit's
+`kdakit.kernels.tools.lifecycle` builds SGLang's `KDAAttnBackend` from the pinned wheel with kdakit's
 patch (in memory), so every kernel call below is the call SGLang's backend makes: extend with radix-cache
 tracking, decode, chain and tree verify of 6 draft tokens, SGLang's post-verify commit, a second verify round
 in another batch order. Tiny shapes: 2 heads (the TP4 slice's shape, H == HV) or 1 head (TP8), head dim 32,
@@ -10,7 +10,7 @@ fp32 and bf16 state pools, bounded gate -5. Tolerances: `lifecycle.TOLERANCES["c
 from __future__ import annotations
 
 import pytest
-from kdakit.kernels.integration import lifecycle
+from kdakit.kernels.tools import lifecycle
 from kdakit.kernels.tools.testing import interpreter
 
 LENS = (1, 9, 70)  # one token, a short one, longer than a 64-token chunk (tracked: unaligned)

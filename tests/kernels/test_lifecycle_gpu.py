@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from kdakit.kernels.integration import lifecycle
+from kdakit.kernels.tools import lifecycle
 
 pytestmark = [
     pytest.mark.gpu,

@@ -212,10 +212,21 @@ def test_state_lanes_fill_one_wave_and_stop_at_the_sequences():
     assert prefill.state_lanes(3, 16, 8, 2) == 1  # fewer SMs than programs per lane: one lane
 
 
-def test_sequence_count_stops_at_the_last_sequence_with_tokens():
-    cu = torch.tensor([0, 5, 5, 9, 9, 9], dtype=torch.int32)  # an empty sequence inside, two at the end
-    assert prefill._sequence_count(cu).tolist() == [3]
-    assert prefill._sequence_count(torch.tensor([0, 0, 0], dtype=torch.int32)).tolist() == [0]
+def test_chunk_tables_count_real_chunks_and_stop_at_the_last_sequence_with_tokens():
+    """One kernel launch gives every later kernel its chunk map: the chunk ends per sequence, the real
+    chunks, and the index after the last sequence with tokens (empty ones inside count, the table's empty
+    slots after it do not); more sequences than one 128-wide tile carry the running sum across tiles."""
+
+    def tables(lengths):
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        ends, counts, _ = prefill._chunk_tables(cu, 1, int(cu[-1]), cu.device)
+        return ends.tolist(), counts.tolist()
+
+    assert tables([5, 0, 4, 0, 0]) == ([1, 1, 2, 2, 2], [2, 3])
+    assert tables([70, 0, 130]) == ([2, 2, 5], [5, 3])
+    assert tables([0, 0]) == ([0, 0], [0, 0])
+    ends, counts = tables([65] * 300)
+    assert ends == [2 * (i + 1) for i in range(300)] and counts == [600, 300]
 
 
 def test_state_pass_out_of_shared_memory_runs_with_fewer_stages(monkeypatch):
@@ -305,3 +316,51 @@ def test_contract_errors():
         q = torch.zeros(1, 10, 2, 24, dtype=torch.bfloat16)
         prefill.chunk_kda(q, q, x["v"], x["g"], x["beta"], initial_state=x["pool"],
                           initial_state_indices=x["idx"], cu_seqlens=x["cu"])  # fmt: skip
+
+
+def test_graph_tables_run_programs_for_the_real_chunks_only(monkeypatch):
+    """SGLang's prefill graph calls with the bucket's tables: tokens padded to the bucket and 30 empty
+    sequence slots (PAD_SLOT_ID -1) after the batch. The chunk kernels get one lane per 64 tokens of the
+    bucket (3), not one program per chunk slot of the tables (192 // 64 + 32 = 35), and the results match
+    the same batch called without the tables."""
+    lens, bucket, empty = [17, 70], 192, 30
+    real = make(lens, seed=9)
+    x = dict(real)
+    pad = bucket - sum(lens)
+    gen = torch.Generator().manual_seed(10)
+    for name in ("q", "k", "v", "g", "beta"):
+        t = real[name]
+        x[name] = torch.cat([t, torch.randn(1, pad, *t.shape[2:], generator=gen).to(t.dtype)], 1)
+    x["cu"] = torch.cat([real["cu"], torch.full((empty,), sum(lens), dtype=torch.int32)])
+    x["idx"] = torch.cat([real["idx"], torch.full((empty,), -1, dtype=real["idx"].dtype)])
+    sizes = []
+    lane_ids = prefill._lane_ids
+
+    def recording(lanes, device):
+        sizes.append(lanes)
+        return lane_ids(lanes, device)
+
+    monkeypatch.setattr(prefill, "_lane_ids", recording)
+    out, _, pool = run(x)
+    assert sizes[0] == bucket // 64, f"chunk lanes {sizes[0]}: sized by the tables, not by the tokens"
+    check(real, out[:, : sum(lens)], pool, lower_bound=-5.0)
+
+
+def test_state_tile_never_widens_past_what_shared_memory_holds():
+    """8 sequence slots x 16 heads (a prefill graph with SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS=8) asked for a
+    128-wide state tile, whose stages do not fit the H200's shared memory; the tile stops at 64."""
+    assert prefill.widened_block_v(16, 128, 128, 132) == 16
+    assert prefill.widened_block_v(16, 64, 128, 132) == 64
+
+
+@pytest.mark.parametrize("a_log", [3.0, 6.0])
+def test_extreme_decay_softplus_gate_is_finite_and_exact(a_log):
+    """A softplus gate with a large A_log (per-token log decays of about -80 and -1600 nats) and keys of
+    norm ~6 before the L2 norm: the diagonal blocks' factorised form overflows fp32 there (it gave NaN), so
+    those blocks run column by column; output and state match the fp64 reference."""
+    x = make([80], seed=11)
+    x["A_log"] = torch.full_like(x["A_log"], a_log)
+    x["k"] = (x["k"].float() * 6).to(torch.bfloat16)
+    out, _, pool = run(x, lower_bound=None)
+    assert torch.isfinite(out).all() and torch.isfinite(pool).all()
+    check(x, out, pool, lower_bound=None)

@@ -97,7 +97,7 @@ def triton_chunk_kda():
             from kdakit.kernels.tools import upstream
 
             root = Path(os.environ.get("KDAKIT_UPSTREAM_DIR", ".carry/sglang-0.5.23"))
-            _TRITON = upstream.load("extracted", root if root.is_dir() else None).triton_chunk_kda
+            _TRITON = upstream.load("auto", root if root.is_dir() else None).triton_chunk_kda
         except Exception as exc:  # pragma: no cover - depends on what the GPU box has
             pytest.skip(f"SGLang's Triton chunk_kda unavailable: {exc}")
     return _TRITON
@@ -199,3 +199,22 @@ print("WORST", worst)
     assert out.returncode == 0, out.stderr[-3000:]
     worst = float(out.stdout.split("WORST")[-1])
     assert worst < S_TOL
+
+
+@pytest.mark.parametrize("a_log", [3.0, 6.0])
+def test_extreme_decay_is_finite_and_matches_fp64_where_triton_is_finite(a_log):
+    """A softplus gate with a large A_log (per-token log decays of about -80 and -1600 nats) and keys of
+    norm ~6 before the L2 norm: the diagonal blocks' factorised form would overflow, so they run column by
+    column. Finite, within the fp64 bounds, and within Triton's where Triton's output is finite."""
+    x = make([1, 130, 4097], lower_bound=None, seed=3)
+    x["A_log"] = torch.full_like(x["A_log"], a_log)
+    x["k"] = (x["k"].float() * 6).bfloat16()
+    o, _, pool = run(prefill.chunk_kda, x)
+    assert torch.isfinite(o).all() and torch.isfinite(pool).all()
+    ref_o, finals, _ = reference(x)
+    assert (o[0].double() - ref_o).abs().max().item() < O_TOL
+    for n, final in enumerate(finals):
+        assert (pool[x["idx"][n]].double() - final).abs().max().item() < S_TOL
+    o_t, _, _ = run(triton_chunk_kda(), x)
+    finite = torch.isfinite(o_t)
+    assert (o.float() - o_t.float())[finite].abs().max().item() < 2e-2

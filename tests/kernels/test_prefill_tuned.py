@@ -23,6 +23,7 @@ from tests.kernels.kernel_configs import config_warnings, tuned_record
 
 SKU = "testgpu"
 SMALL = Bucket(2, 2, 32, 32, "fp32", 4096)  # H = HV = 2, K = V = 32, up to 4096 tokens
+SMALL_70 = SMALL._replace(batch=512)  # the bucket of a 70-token call
 # configs unlike the module defaults (K = V = 32 allows 16-wide tiles)
 INTRA = {"block_sizes": [16], "num_warps": 2, "num_stages": 1, "indexing": "pointer"}
 STATE = {"block_sizes": [32], "num_warps": 4, "num_stages": 1, "indexing": "pointer"}
@@ -59,8 +60,11 @@ def _config_of(kernel: helion.Kernel) -> dict:
 @pytest.mark.parametrize(
     ("tokens", "bucket"),
     [
-        (1, 4096),
-        (70, 4096),
+        (1, 16),
+        (16, 16),
+        (17, 512),
+        (512, 512),
+        (513, 4096),
         (4096, 4096),
         (4097, 8192),
         (8192, 8192),
@@ -85,7 +89,9 @@ def test_prefill_files_are_per_kernel_named_by_token_bucket_and_validated(tmp_pa
     assert tuned.load_file(path) == _record()
     data = _record().to_dict()
     data["bucket"]["batch"] = 48  # a batch bucket, not a token bucket
-    with pytest.raises(tuned.ConfigFileError, match=r"bucket.batch must be one of \(4096, 8192, 16384\)"):
+    with pytest.raises(
+        tuned.ConfigFileError, match=r"bucket.batch must be one of \(16, 512, 4096, 8192, 16384\)"
+    ):
         tuned.parse(data)
 
 
@@ -260,8 +266,8 @@ def _inputs(T=70, H=2, K=32, seed=0):
 
 
 def test_chunk_kda_runs_the_shipped_intra_and_state_configs_and_matches_the_reference(interp):
-    tuned.write_file(_record(), tuned.config_dir())
-    tuned.write_file(_record("prefill-state", config=STATE), tuned.config_dir())
+    tuned.write_file(_record(bucket=SMALL_70), tuned.config_dir())
+    tuned.write_file(_record("prefill-state", bucket=SMALL_70, config=STATE), tuned.config_dir())
     x = _inputs()
     v, pool = x["v"].clone(), x["pool"].clone()
     out, caught = config_warnings(
@@ -273,7 +279,7 @@ def test_chunk_kda_runs_the_shipped_intra_and_state_configs_and_matches_the_refe
     )  # fmt: skip
     active = {r["kernel"]: r["source"] for r in tuned.active()}
     assert active["prefill-intra"] == active["prefill-state"] == "shipped" and len(caught) == 1
-    used = prefill._for_bucket[(tuned.generation(), "shipped", SMALL)]
+    used = prefill._for_bucket[(tuned.generation(), "shipped", SMALL_70)]
     assert _config_of(used["intra"]) == INTRA and _config_of(used["state"]) == STATE
     g_log = R.kda_gate(x["g"], x["A_log"], x["dt_bias"], -5.0)
     beta = torch.sigmoid(x["beta"].double())

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from kdakit.kernels import shapes, tuned
 from kdakit.kernels.tools import autotune, bench, timing
+from kdakit.kernels.tools.table import DECODE_VS_TRITON
 
 from kdakit.cli import build_parser
 
@@ -54,7 +55,7 @@ def test_the_commands_defaults_are_the_shapes_file():
     assert tuned.PREFILL_TOKEN_BUCKETS == tuple(shapes.get("buckets", "prefill_tokens"))
     assert (autotune.DRAFT_TOKENS, autotune.LOWER_BOUND) == (model["draft_tokens"], model["lower_bound"])
     assert (timing.REPLAYS, timing.PREFILL_CALLS) == (defaults["replays"], defaults["prefill_calls"])
-    assert bench.DECODE_VS_TRITON == shapes.get("targets", "decode_vs_triton")
+    assert DECODE_VS_TRITON == shapes.get("targets", "decode_vs_triton")
 
 
 # The names kernel signatures give shapes.toml's keys (H=16, K=128); the gate's bound is caught as a literal.

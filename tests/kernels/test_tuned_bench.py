@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 from kdakit.kernels import tuned
-from kdakit.kernels.tools import bench
+from kdakit.kernels.tools import bench, bench_record, table, timing
 
 from kdakit.cli import main
 
@@ -27,7 +27,7 @@ def _fresh(monkeypatch):
 
 
 def _entry(median: float) -> dict:
-    stats = bench.summarize([median] * 60)
+    stats = timing.summarize([median] * 60)
     return {"status": "ok", "check": {"ok": True}, "per_call": stats, "single_call": stats, "samples_us": []}
 
 
@@ -107,10 +107,10 @@ def _cells(table: str, prefix: str) -> list[str]:
 
 
 def test_the_table_shows_shipped_and_default_configs_side_by_side():
-    table = bench.render_table(_result())
+    printed = table.render_table(_result())
     head = "kdakit Helion, shipped tuned configs vs module defaults"
-    assert head in table
-    section = table[table.index(head) :]
+    assert head in printed
+    section = printed[printed.index(head) :]
     assert _cells(section, "| decode | 48 × 1 |") == [
         "decode", "48 × 1", "28.00", "29.00", "-3.4 %",
         f"shipped decode-{BUCKET48}.json (tuned with other triton/torch)",
@@ -123,34 +123,34 @@ def test_the_table_shows_shipped_and_default_configs_side_by_side():
         "shipped 5 of 6 at h16-hv16-k128-v128-fp32-t8192: gate, intra, recompute-u, recompute-wk, solve",
     ]  # fmt: skip
     # the decode paths table carries the default-config arm too, with kdakit's change against it
-    assert "| kdakit Helion, default configs | 29.00 (-3.4 %) |" in table
-    assert "helion-kdakit-default |" in table  # single-call column
+    assert "| kdakit Helion, default configs | 29.00 (-3.4 %) |" in printed
+    assert "helion-kdakit-default |" in printed  # single-call column
 
 
 def test_without_the_default_arm_nothing_of_it_is_shown():
-    table = bench.render_table(_result(with_default_arm=False))
-    assert "shipped tuned configs vs module defaults" not in table
-    assert "default configs" not in table and "helion-kdakit-default" not in table
+    printed = table.render_table(_result(with_default_arm=False))
+    assert "shipped tuned configs vs module defaults" not in printed
+    assert "default configs" not in printed and "helion-kdakit-default" not in printed
 
 
 def test_the_default_config_arm_is_no_performance_target():
     result = _result()
     result["rows"][0]["arms"]["helion-kdakit-default"] = _entry(20.0)  # faster than kdakit's shipped arm
-    verdicts = dict(bench.targets(result))
+    verdicts = dict(table.targets(result))
     assert not any("helion-kdakit-default" in what for what in verdicts)
     assert verdicts["decode 48 × 1: 28.00 vs helion-upstream 28.75 µs (target: faster)"] is True
 
 
 def test_the_record_keeps_both_arms_and_validates(tmp_path):
     results = pytest.importorskip("kdakit.records.results")
-    rows = bench.normalized_rows(_result())
+    rows = bench_record.normalized_rows(_result())
     default_rows = [r for r in rows if r["variant"] == "helion-kdakit-default"]
     assert [(r["phase"], r["arm"], r["median_us"]) for r in default_rows] == [
         ("decode", "helion", 29.0),
         ("verify", "helion", 36.0),
         ("prefill", "helion", 470.0),
     ]
-    raw, record_path = bench.write_outputs(_result(), tmp_path, "kernels-both")
+    raw, record_path = bench_record.write_outputs(_result(), tmp_path, "kernels-both")
     record = results.read_result(record_path)
     assert {r["variant"] for r in record["metrics"]["rows"]} >= {"helion-kdakit", "helion-kdakit-default"}
     assert json.loads(raw.read_text())["kernel_configs"]["mode"] == "both"
@@ -192,7 +192,7 @@ def test_load_arms_adds_the_default_config_arms_only_for_both(monkeypatch):
 
     monkeypatch.setattr(upstream, "load", no_sglang)
     arms, missing, _ = bench.load_arms("auto", "both")
-    assert {f"{phase}:helion-kdakit-default" for phase in bench.PHASES} <= set(arms)
+    assert {f"{phase}:helion-kdakit-default" for phase in bench.ARMS} <= set(arms)
     arms, _, _ = bench.load_arms("auto", "shipped")
     assert not any(k.endswith("helion-kdakit-default") for k in arms)
     assert not any(k.endswith("helion-kdakit-default") for k in missing)
@@ -208,3 +208,20 @@ def test_cli_bench_configs_sets_the_mode_before_needing_the_gpu(configs, mode, c
     assert main(["kernels", "bench", "--configs", configs, "--results-dir", str(tmp_path)]) == 2
     assert tuned.mode() == mode
     assert "needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_without_fla_core_the_fla_prefill_arm_is_a_not_installed_row(monkeypatch):
+    from kdakit.kernels.tools import upstream
+
+    monkeypatch.setattr(upstream, "load", lambda *_: (_ for _ in ()).throw(ImportError("no SGLang here")))
+    real = bench.importlib.import_module
+
+    def no_fla(name, *a):
+        if name == bench.FLA_MODULE:
+            raise ModuleNotFoundError("No module named 'fla'")
+        return real(name, *a)
+
+    monkeypatch.setattr(bench.importlib, "import_module", no_fla)
+    arms, missing, _ = bench.load_arms("auto", "shipped")
+    assert "prefill:fla" not in arms
+    assert missing["prefill:fla"].startswith("fla-core 0.6.0 not installed (ModuleNotFoundError")

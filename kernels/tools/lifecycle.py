@@ -24,7 +24,7 @@ Stand-ins, each only where SGLang cannot be built without a GPU server and a mod
 - On the CPU only: `is_cuda()` in the backend module answers True (SGLang's dispatcher refuses Helion
   without CUDA, while Triton's interpreter, TRITON_INTERPRET=1, runs the same kernels on CPU tensors); the
   post-verify commit's CUDA-only fused scatters give way to SGLang's own torch scatter; two interpreter gaps
-  are closed (`_interpretable_builtin_aliases`); activations are fp32 (the interpreter's bf16 arithmetic).
+  are closed (`interpret.sglang_builtin_aliases`); activations are fp32 (the interpreter's bf16 arithmetic).
 
 The model's projections in front of the layer are replaced by random pre-conv rows, gates and betas of the
 layer's shapes; the fp64 reference (`kdakit.kernels.reference`) recomputes each request from those rows,
@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from kdakit.kernels import shapes
+from kdakit.kernels.tools import interpret
 
 DRAFT_TOKENS = shapes.get("model", "draft_tokens")  # the PR's --speculative-num-draft-tokens
 GATE_LOWER_BOUND = shapes.get("model", "lower_bound")
@@ -91,58 +92,6 @@ class LifecycleReport:
         return max((e.out for e in self.errors), default=0.0), max(
             (e.state for e in self.errors), default=0.0
         )
-
-
-@contextlib.contextmanager
-def _interpretable_builtin_aliases():
-    """Under Triton's interpreter, kernel modules that bound a Triton builtin to a global at import
-    (`exp = tl.exp` in SGLang's fla `op.py`, then `from ...op import exp`) call the compiled-mode builtin,
-    which raises; the aliases forward to `tl.math` at call time instead, which the interpreter swaps. The
-    interpreter also lacks bf16 scalar constants (`get_bf16`), which SGLang's Triton KDA output kernel
-    makes."""
-    import sys
-
-    import torch
-    import triton.language as tl
-
-    builtins = {}
-    for name in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid"):
-        for owner in (tl, tl.math):
-            if hasattr(owner, name):
-                builtins[id(getattr(owner, name))] = name
-
-    def forward(name):
-        def fn(*args, **kwargs):
-            kwargs.pop("_semantic", None)
-            return getattr(tl.math, name)(*args, **kwargs)
-
-        return fn
-
-    patched = []
-    from triton.runtime import interpreter
-
-    def get_bf16(self, value):  # bf16 constants, which the interpreter stores as uint16 bit patterns
-        bits = torch.tensor([value], dtype=torch.float32).bfloat16().view(torch.int16).numpy().view("uint16")
-        return interpreter.TensorHandle(bits, tl.bfloat16)
-
-    if not hasattr(interpreter.InterpreterBuilder, "get_bf16"):
-        interpreter.InterpreterBuilder.get_bf16 = get_bf16
-        patched.append((interpreter.InterpreterBuilder, "get_bf16", None))
-    for mod_name, module in list(sys.modules.items()):
-        if not mod_name.startswith("sglang.kernels") or module is None:
-            continue
-        for attr, value in list(vars(module).items()):
-            if id(value) in builtins and not attr.startswith("__"):
-                patched.append((module, attr, value))
-                setattr(module, attr, forward(builtins[id(value)]))
-    try:
-        yield
-    finally:
-        for owner, attr, value in patched:
-            if value is None:
-                delattr(owner, attr)
-            else:
-                setattr(owner, attr, value)
 
 
 @contextlib.contextmanager
@@ -260,9 +209,10 @@ def load_patched_sglang(kernels: str):
     import sys
 
     from kdakit.kernels import integration
+    from kdakit.kernels.integration import unified_diff
 
     os.environ[integration.ENV_VAR] = kernels
-    patches = {fp.path: fp for fp in integration.parse(integration.patch_file().read_text())}
+    patches = {fp.path: fp for fp in unified_diff.parse(integration.patch_file().read_text())}
     adapter = None
     for path, file_patch in patches.items():
         name = integration.module_name(path)
@@ -273,8 +223,8 @@ def load_patched_sglang(kernels: str):
         spec = importlib.util.find_spec(name)
         with open(spec.origin) as f:
             source = f.read().splitlines()
-        if integration._apply_hunks(source, file_patch.hunks, reverse=True) is None:  # not patched yet
-            source = integration._apply_hunks(source, file_patch.hunks)
+        if unified_diff.apply_hunks(source, file_patch.hunks, reverse=True) is None:  # not patched yet
+            source = unified_diff.apply_hunks(source, file_patch.hunks)
             if source is None:
                 raise integration.PatchError(f"kdakit's patch does not apply to {spec.origin}")
         module = importlib.util.module_from_spec(spec)
@@ -436,7 +386,7 @@ class Lifecycle:
         self._stack.enter_context(get_parallel().override(attn_tp_size=1))
         if self.device == "cpu":
             self._stack.enter_context(_cuda_answer(kda_backend, True))
-            self._stack.enter_context(_interpretable_builtin_aliases())
+            self._stack.enter_context(interpret.sglang_builtin_aliases())
             self._stack.enter_context(_cpu_state_scatter())
             self._stack.enter_context(_cpu_pinned_copies())
         state_dtype = getattr(torch, s.state_dtype)
@@ -1172,7 +1122,7 @@ def prefill_graph_cost(heads: int | None = None, cases=PREFILL_GRAPH_CASES, reps
 
     rows = []
     shape = served_shape(heads, graph_bs=0, prefill_buckets=(1,))
-    for arm in profiles.arms():
+    for arm in profiles.kernel_set_arms():
         with Lifecycle(arm, shape) as life:
             for lens in cases:
                 for mode in ("graph", "eager"):

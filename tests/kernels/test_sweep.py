@@ -1,0 +1,123 @@
+"""`kdakit kernels sweep` (kernels/tools/sweep.py): the case list, the CPU-interpretable part of a worker
+under Triton's interpreter at tiny shapes (SGLang's Triton chunk_kda as reference and, trimming the padded
+gate rows itself, as the arm; kdakit's and SGLang's Helion decode refusing K = V = 96), a planted padded-row
+bug, and the parent's row-by-row record when a worker is cut short. kdakit's Helion prefill itself is compared
+with the fp64 reference on the CPU in test_prefill.py; here it would cost half a minute of compilation."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import pytest
+from kdakit.kernels.tools import sweep
+from kdakit.kernels.tools.testing import interpreter
+
+torch = pytest.importorskip("torch")
+
+TINY = sweep.SweepConfig(
+    lengths=(17, 1), heads=(1,), layouts=("fixed", "varlen"), precisions=("float32",), head_dim=16,
+    gate_padding=8, activations="float32",
+)  # fmt: skip
+
+
+def test_the_default_sweep_is_the_prs_216_cases_plus_t1_probes_first():
+    planned = sweep.cases(sweep.SweepConfig())
+    assert sum(1 for c in planned if c.length > 1) == 216
+    first_group = {(c.heads, c.layout, c.precision) for c in planned if c.length == 1}
+    assert len(first_group) == 12 and all(c.length == 1 for c in planned[:12])
+    assert sweep.Case(9, 4, "varlen", "float32").lengths(2) == [9, 5]
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """SGLang's Triton chunk_kda imported under the interpreter, and kdakit's entry points."""
+    from kdakit.kernels.tools import upstream
+
+    with interpreter():
+        upstream._LOADED.clear()
+        upstream._purge_sglang_modules()
+        try:
+            triton, prefill, decode = sweep.load_arm("helion-kdakit")
+        except Exception as exc:  # noqa: BLE001 - no SGLang here: nothing to compare with
+            pytest.skip(f"SGLang's kernels unavailable: {exc}")
+        yield triton, prefill, decode
+        upstream._LOADED.clear()
+        upstream._purge_sglang_modules()
+
+
+def _work(tmp_path, loaded, cfg=TINY):
+    from kdakit.kernels.tools import interpret
+
+    with interpreter(), interpret.sglang_builtin_aliases():
+        case_list = sweep.cases(cfg)
+        return sweep.worker("helion-kdakit", cfg, tmp_path / "rows.jsonl", device="cpu", loaded=loaded,
+                            case_list=case_list)  # fmt: skip
+
+
+def _trims(triton):
+    """SGLang's Triton chunk_kda fed only its tokens' gate/beta rows: the contract a Helion arm keeps."""
+
+    def arm(**kw):
+        n = kw["q"].shape[1]
+        return triton(**{**kw, "g": kw["g"][:, :n], "beta": kw["beta"][:, :n]})
+
+    return arm
+
+
+def test_a_worker_runs_t1_first_writes_every_row_and_checks_the_decode_refusal(kernels, tmp_path):
+    triton, _, decode = kernels
+    rows = _work(tmp_path, (triton, _trims(triton), decode))
+    written = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert written == rows  # every row on disk as it finished
+    assert rows[0]["length"] == 1
+    cases = [r for r in rows if "case" in r]
+    assert len(cases) == 4 and all(r["ok"] for r in cases), [r for r in cases if not r["ok"]]
+    refusal = rows[-1]
+    assert refusal["check"] == "decode-non-power-of-two" and refusal["ok"], refusal
+    assert refusal["error"].startswith("ValueError: ") and "96" in refusal["error"]
+    result = sweep.summarize(rows, TINY, ["helion-kdakit"])
+    summary = result["summary"]["helion-kdakit"]
+    assert summary["passed"] == 2 and summary["probes"] == {"expected": 2, "run": 2, "passed": 2}
+    assert not sweep.any_failure(result)
+    assert "| kdakit Helion | 2 / 2 | 2 / 2 | T1 H1 fixed float32 |" in sweep.render(result)
+
+
+def test_sglangs_helion_decode_refuses_odd_head_dims_too(kernels):
+    from kdakit.kernels.tools import upstream
+
+    decode = upstream.load().helion_packed_decode
+    if decode is None:
+        pytest.skip("SGLang's Helion decode does not import here")
+    refusal = sweep.decode_refusal(decode, "cpu")
+    assert refusal["ok"] and "power-of-two" in refusal["error"], refusal
+
+
+def test_an_arm_that_reads_the_padded_gate_rows_fails(kernels, tmp_path):
+    """The planted bug: an arm taking the last T gate/beta rows (the padding) instead of the first T."""
+    triton, _, decode = kernels
+
+    def reads_padding(**kw):
+        n = kw["q"].shape[1]
+        return triton(**{**kw, "g": kw["g"][:, -n:], "beta": kw["beta"][:, -n:]})
+
+    cfg = dataclasses.replace(TINY, lengths=(17,), layouts=("varlen",))
+    assert _work(tmp_path, (triton, _trims(triton), decode), cfg)[0]["ok"]
+    rows = _work(tmp_path, (triton, reads_padding, decode), cfg)
+    assert not rows[-2]["ok"] and rows[-2]["rel_err"]["out"] > 0.1
+
+
+def test_a_worker_cut_short_keeps_its_rows_and_is_named(tmp_path, monkeypatch):
+    row = {"arm": "helion-kdakit", "case": "T2 H2 fixed float32", "length": 2, "heads": 2, "layout": "fixed",
+           "precision": "float32", "status": "ok", "ok": True,
+           "rel_err": {"out": 1e-3, "prefill_state": 2e-3}}  # fmt: skip
+    line = json.dumps(json.dumps(row))
+    code = f"import sys, time; open(sys.argv[1], 'a').write({line} + '\\n'); time.sleep(60)"
+    monkeypatch.setattr(
+        sweep, "worker_command", lambda arm, cfg, path: [sys.executable, "-c", code, str(path)]
+    )
+    result = sweep.run(["helion-kdakit"], TINY, tmp_path, timeout_s=3, log=lambda m: None)
+    assert result["worker_exits"] == {"helion-kdakit": "cut short after 3 s"}
+    assert result["summary"]["helion-kdakit"]["run"] == 1 and sweep.any_failure(result)
+    assert json.loads((tmp_path / sweep.RESULT_NAME).read_text())["rows"] == [row]
