@@ -46,22 +46,36 @@ def test_the_deploy_gets_the_protocols_server_environment():
     assert "kdakit_server_protocol_env | default([]) | map('regex_replace', '^', '--env=')" in defaults
 
 
-def test_make_ab_with_the_cutedsl_arms_runs_the_prs_protocols():
+def test_make_ab_with_the_cutedsl_arms_runs_the_prs_protocols(tmp_path):
     assert profiles.ab_protocols(["triton", "cutedsl"]) == {"bench": "cutedsl-pr", "gsm8k": "full"}
     assert profiles.ab_protocols(profiles.ab_arms()) is None
-    make = ["make", "--no-print-directory", "-o", ".venv/.setup-done", "-n", "ab-b200", "RUN_ID=r",
-            "PREFLIGHT_DONE=1"]  # fmt: skip
-    dry = subprocess.run(
-        [*make, "ARMS=triton cutedsl"], cwd=REPO, capture_output=True, text=True, env=dict(os.environ)
+    log, fake = tmp_path / "calls.log", tmp_path / "ansible-playbook"  # logs what each step's facts file says
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\nargs = sys.argv[1:]\n"
+        "values = [json.load(open(args[i + 1][1:])) for i, a in enumerate(args) if a == '-e' and"
+        " args[i + 1].startswith('@')][0]\n"
+        f"open({str(log)!r}, 'a').write(json.dumps([values['kdakit_arm'],"
+        " values.get('kdakit_bench_protocol'), values.get('kdakit_gsm8k_protocol')]) + '\\n')\n"
     )
-    assert "for arm in triton cutedsl;" in dry.stdout, dry.stderr
-    assert "-e kdakit_bench_protocol=cutedsl-pr -e kdakit_gsm8k_protocol=full" in dry.stdout
-    assert 'load_protocols()["cutedsl-pr"]' in dry.stdout
-    chosen = subprocess.run([*make, "ARMS=triton cutedsl", "GSM8K_PROTOCOL=full-lm-eval"], cwd=REPO,
-                            capture_output=True, text=True, env=dict(os.environ))  # fmt: skip
-    assert "-e kdakit_gsm8k_protocol=full-lm-eval" in chosen.stdout
-    plain = subprocess.run(make, cwd=REPO, capture_output=True, text=True, env=dict(os.environ))
-    assert "kdakit_bench_protocol" not in plain.stdout and "kdakit_gsm8k_protocol" not in plain.stdout
+    fake.chmod(0o755)
+
+    def steps(*more: str) -> set[tuple]:
+        log.unlink(missing_ok=True)
+        make = ["make", "--no-print-directory", "-o", ".venv/.setup-done", "ab-b200", "RUN_ID=r",
+                "PREFLIGHT_DONE=1", f"ANSIBLE_PLAYBOOK={fake}", f"RESULTS={tmp_path / 'results'}",
+                *more]  # fmt: skip
+        proc = subprocess.run(
+            make, cwd=REPO, capture_output=True, text=True, env=dict(os.environ), timeout=120
+        )
+        assert log.exists(), proc.stdout + proc.stderr
+        return {tuple(json.loads(line)) for line in log.read_text().splitlines()}
+
+    assert steps("ARMS=triton cutedsl") == {
+        ("triton", "cutedsl-pr", "full"),
+        ("cutedsl", "cutedsl-pr", "full"),
+    }
+    chosen = steps("ARMS=triton cutedsl", "GSM8K_PROTOCOL=full-lm-eval")
+    assert chosen == {(arm, "cutedsl-pr", "full-lm-eval") for arm in ("triton", "cutedsl")}
 
 
 def _record(arm: str, runs: dict, created: str) -> dict:

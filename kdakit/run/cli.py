@@ -80,9 +80,9 @@ def _ab(args) -> int:
     run_id = paths.resolve_run_id(args.results, args.run_id, new=True)
     # a published A/B's protocols (arms.toml's published_ab, e.g. triton against cutedsl) unless given
     published = profiles.ab_protocols(arms) or {}
-    bench_protocol = args.protocol or published.get("bench") or "pr"
+    bench_protocol = args.protocol or published.get("bench") or ""  # empty: the roles' defaults (pr)
     gsm8k_protocol = args.gsm8k_protocol or published.get("gsm8k") or ""
-    plan = loop.plan_of(bench_protocol)
+    plan = loop.plan_of(bench_protocol or "pr")
     run = RunContext(Path(args.results).resolve(), run_id, sku=sku)
     if args.scheduler == "slurm":
         backend = _slurm_backend(args, run)
