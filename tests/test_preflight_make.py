@@ -233,9 +233,9 @@ def test_the_space_check_counts_the_hosts_the_limit_selects(tmp_path, limit):
 
 
 def test_reproduce_says_when_the_next_step_is_a_full_image_build(tmp_path):
-    # a preflight that passes (PY=/bin/true) and a builder that fails at once (DOCKER=/bin/false)
+    # a preflight that passes (KDAKIT=/bin/true) and a builder that fails at once (DOCKER=/bin/false)
     tarball = tmp_path / "kdakit-h200.tar.zst"
-    proc, _ = make("reproduce", f"FILE={tarball}", "PY=/bin/true", "DOCKER=/bin/false")
+    proc, _ = make("reproduce", f"FILE={tarball}", "KDAKIT=/bin/true", "DOCKER=/bin/false")
     assert proc.returncode != 0
     first = proc.stdout.splitlines()[0]
     full = "the next step is a full image build (make image image-save SKU=h200: pulls "
