@@ -39,7 +39,7 @@ AUTOTUNE_TOKENS ?=
 AUTOTUNE_BUDGET ?=
 
 .PHONY: autotune
-autotune: ## Tune kdakit's Helion KDA kernels on this GPU (run inside the image) and write kernels/configs/<sku>/. Vars: SKU=h200 AUTOTUNE_KERNELS= AUTOTUNE_HEADS= AUTOTUNE_BATCHES= AUTOTUNE_TOKENS= (prefill) AUTOTUNE_BUDGET= (s per bucket); empty: `kdakit kernels autotune --help`'s defaults
+autotune: ## Tune kdakit's Helion KDA kernels on this GPU (run inside the image) and write kernels/configs/$(SKU)/. Vars: SKU=h200 AUTOTUNE_KERNELS= AUTOTUNE_HEADS= AUTOTUNE_BATCHES= AUTOTUNE_TOKENS= (prefill) AUTOTUNE_BUDGET= (s per bucket); empty: `kdakit kernels autotune --help`'s defaults
 	$(KDAKIT) kernels autotune --sku $(SKU) $(if $(AUTOTUNE_KERNELS),--kernels $(AUTOTUNE_KERNELS)) \
 	  $(if $(AUTOTUNE_HEADS),--heads $(AUTOTUNE_HEADS)) $(if $(AUTOTUNE_BATCHES),--batches $(AUTOTUNE_BATCHES)) \
 	  $(if $(AUTOTUNE_TOKENS),--tokens $(AUTOTUNE_TOKENS)) $(if $(AUTOTUNE_BUDGET),--budget-seconds $(AUTOTUNE_BUDGET))
