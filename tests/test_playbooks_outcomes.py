@@ -53,9 +53,9 @@ def needs_ssh() -> None:
         pytest.skip("ssh missing: install openssh-client (.ci/apt-packages.txt)")
 
 
-def play(rig, step: str, run_id: str = "r1", arm: str = "helion", *extra: str) -> subprocess.CompletedProcess:
+def play(rig, step: str, run_id: str = "r1", arm: str = "helion", *extra: str, results: Path | None = None):
     playbook = REPO / "playbooks" / f"{step}.yml"
-    facts_file = facts.write(facts.extra_vars(rig / "results", run_id, arm, hosts="h200"), rig)
+    facts_file = facts.write(facts.extra_vars(results or rig / "results", run_id, arm, hosts="h200"), rig)
     cmd = [str(BIN / "ansible-playbook"), "-i", str(rig / "inventory.yml"), str(playbook),
            "-e", f"@{facts_file}",
            # the host's folders as extra vars: the playbooks' group_vars/all.yml outranks the inventory's
@@ -260,9 +260,7 @@ def test_a_read_only_results_folder_stops_collect_with_one_line_per_host(rig, tm
     results.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(results)], check=True)
     try:
-        collect = play(
-            rig, "collect", "ro", "helion", "-e", f"kdakit_results_dir={results}", "--limit", "local1"
-        )
+        collect = play(rig, "collect", "ro", "helion", "--limit", "local1", results=results)
     finally:
         subprocess.run(["umount", "-l", str(results)], check=False)
     assert lines(collect)["local1"] == (

@@ -503,7 +503,7 @@ def cluster_main(argv: list[str] | None = None) -> int:
     rows = [("controller", v) for v in controller_checks(args.docker, args.build)]
     with tempfile.TemporaryDirectory(prefix="kdakit-preflight-") as outputs:
         cmd = [args.ansible_playbook, "-i", args.inventory, args.playbook, "-e", f"kdakit_hosts={args.sku}",
-               "-e", f"kdakit_step_output={outputs}", *shlex.split(args.extra)]  # fmt: skip
+               "-e", f"kdakit_preflight_output={outputs}", *shlex.split(args.extra)]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         results = step_outputs(Path(outputs))
     if not results and proc.returncode != 0:
