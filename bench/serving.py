@@ -530,10 +530,11 @@ def register(subparsers) -> None:
     s.add_argument("--client-cmd", default=None, help=argparse.SUPPRESS)  # tests: a stand-in client
 
 
-if __name__ == "__main__":  # the deploy: python -m kdakit.bench.serving server-env PROTOCOL
-    if sys.argv[1:2] != ["server-env"] or len(sys.argv) != 3:
-        sys.exit("usage: python -m kdakit.bench.serving server-env PROTOCOL")
+if __name__ == "__main__":  # the deploy: python -m kdakit.bench.serving server-env PROTOCOL [PROTOCOLS_FILE]
+    if sys.argv[1:2] != ["server-env"] or len(sys.argv) not in (3, 4):
+        sys.exit("usage: python -m kdakit.bench.serving server-env PROTOCOL [PROTOCOLS_FILE]")
     try:
-        print(json.dumps(server_env_lines(sys.argv[2])))
+        path = Path(sys.argv[3]) if len(sys.argv) == 4 and sys.argv[3] else PROTOCOLS_FILE
+        print(json.dumps(server_env_lines(sys.argv[2], path)))
     except UsageError as exc:
         sys.exit(f"kdakit bench: error: {exc}")

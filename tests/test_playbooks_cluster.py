@@ -173,6 +173,7 @@ def cluster(tarballs, tmp_path_factory):
             "kdakit_gsm8k_args": ["--threshold", "0.85"],
             "kdakit_bench_protocol": "smoke",
             "kdakit_bench_args": ["--protocols", "/config/bench-protocols.toml"],
+            "kdakit_bench_protocols_file": str(protocols),
             "kdakit_bench_volumes": [f"{protocols}:/config/bench-protocols.toml:ro"],
             "kdakit_preflight_allreduce": True,
             "kdakit_allreduce_args": [
