@@ -479,8 +479,8 @@ step_bench() {
 stop_containers() {
   if [ -n "$STARTED_SERVER" ] && "$DOCKER" container inspect "$SERVER" >/dev/null 2>&1; then
     "$DOCKER" stop --time "$STOP_GRACE_S" "$SERVER" >/dev/null 2>&1
-    "$DOCKER" logs --timestamps "$SERVER" 2>&1 | scrubbed > "$OUT/diag/kdakit-sglang.log"
-    "$DOCKER" container inspect "$SERVER" 2>/dev/null | scrubbed > "$OUT/diag/kdakit-sglang.inspect.json"
+    (umask 027; "$DOCKER" logs --timestamps "$SERVER" 2>&1 | scrubbed > "$OUT/diag/kdakit-sglang.log")
+    (umask 027; "$DOCKER" container inspect "$SERVER" 2>/dev/null | scrubbed > "$OUT/diag/kdakit-sglang.inspect.json")
     "$DOCKER" rm -f "$SERVER" >/dev/null 2>&1
   fi
   "$DOCKER" rm -f "$GSM8K" "$BENCH" >/dev/null 2>&1
@@ -543,6 +543,12 @@ stop_containers() {
   if [ -n "$STARTED_SERVER" ] && [ -s "$SERVER_PID_FILE" ]; then
     stop_server_pid "$(cat "$SERVER_PID_FILE")"
     rm -f "$SERVER_PID_FILE"
+  fi
+  # the server wrote its own log (keys included) inside the 0700 diag folder: scrubbed before the job ends
+  if [ -f "$OUT/diag/kdakit-sglang.log" ]; then
+    scrub_keys < "$OUT/diag/kdakit-sglang.log" > "$OUT/diag/kdakit-sglang.log.tmp" \
+      && chmod 0640 "$OUT/diag/kdakit-sglang.log.tmp" \
+      && mv -f "$OUT/diag/kdakit-sglang.log.tmp" "$OUT/diag/kdakit-sglang.log"
   fi
 }
 

@@ -193,7 +193,7 @@ def test_pr_protocol_is_sglang_run_eval_with_the_prs_rows_shots_and_flags(tmp_pa
     md = md_path.read_text()
     assert "Warnings (measured runs only): triton-pr-run1.result.json: GPU 0 throttled during run 1" in md
     assert len(list((tmp_path / "report" / "report-plots").glob("telemetry-triton-pr-run*.png"))) == 2
-    assert "| not published (pr, H200, triton) | n/a |" in md  # matched on GPU and arm, SKU normalised
+    assert "| not published (pr, H200, triton) |" in md  # matched on GPU and arm, SKU normalised
     for path in (tmp_path / "g").rglob("*"):
         if path.is_file():
             assert not any(k.encode() in path.read_bytes() for k in keys.values()), path
@@ -373,7 +373,7 @@ def test_full_protocol_is_sgl_eval_on_the_kits_data_with_the_runs_accept_length(
     assert "--num-examples 300" in " ".join(m["tool"]["argv"])
     md = report.write_report(tmp_path / "g", tmp_path / "report")[0].read_text()
     row = next(line for line in md.splitlines() if "| cutedsl | full | sgl-eval 0.1.3 |" in line)
-    assert f"| {expected:.4f} |" in row and f"| {m['accept_length']:.3f} | 3.477 (GB300, 003_" in row
+    assert f"| {expected:.4f} |" in row and f"| {m['accept_length']:.3f} (published 3.477, GB300, 003_" in row
     for path in (tmp_path / "g").rglob("*"):
         if path.is_file():
             assert not any(k.encode() in path.read_bytes() for k in keys.values()), path

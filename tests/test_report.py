@@ -362,7 +362,7 @@ def test_lowercase_sku_from_the_playbooks_matches_the_published_numbers(tmp_path
     md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert "| 4096 / 1024 | 1 | 438.00 | 442.00 | +0.91% | 438.42 | 442.10 | +0.84% |" in md
     assert "| Helion throughput is within ±1% of Triton on H200 | 000_73b73c95dc10b4a8 | cannot tell" in md
-    assert "| 0.9900 (000_73b73c95dc10b4a8) | +0.00 |" in md
+    assert "| 0.9900 (000_73b73c95dc10b4a8) (+0.00) |" in md
 
 
 def _gsm8k(root, name, arm, sku, value, run=1, n=100, limited=False, protocol="pr"):
@@ -381,25 +381,24 @@ def test_gsm8k_published_matched_on_protocol_gpu_and_arm_and_limited_runs_never_
     _gsm8k(root, "c.result.json", "helion", "B200", 0.97)
     _gsm8k(root, "d.result.json", "helion", "H200", 1.0, n=20, limited=True)
     md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
-    rows = [line for line in md.splitlines() if line.startswith("| h200-a |") and "(numeric)" in line]
+    rows = [line for line in md.splitlines() if line.startswith("| h200-a |") and "(numeric ≥" in line]
     assert len(rows) == 4
     assert "| h200-a | H200 | helion | pr | sglang-run-eval | 1 | 100 | — | — | 0.9800 |" in md
     assert any(
         r.endswith(
-            "| 0.9800 | — | 0.93 | pass (numeric) | 0.9900 (000_73b73c95dc10b4a8) | -1.00 | — "
-            "| not published |"
+            "| 0.9800 | — | pass (numeric ≥ 0.93) | 0.9900 (000_73b73c95dc10b4a8) (-1.00) "
+            "| — (not published) |"
         )
         for r in rows
     )
     assert any(
         r.endswith(
-            "| 0.9700 | — | 0.93 | pass (numeric) | not published (pr, H200, triton) | n/a | — "
-            "| not published |"
+            "| 0.9700 | — | pass (numeric ≥ 0.93) | not published (pr, H200, triton) | — (not published) |"
         )
         for r in rows
     )
-    assert any("| B200 | helion |" in r and "| not published (pr, B200, helion) | n/a |" in r for r in rows)
-    assert any("| 20 limited |" in r and "| limited run (20 of 100): not compared | n/a |" in r for r in rows)
+    assert any("| B200 | helion |" in r and "| not published (pr, B200, helion) |" in r for r in rows)
+    assert any("| 20 limited |" in r and "| limited run (20 of 100): not compared |" in r for r in rows)
 
 
 def test_gsm8k_arm_differences_are_judged_against_run_to_run_noise(tmp_path):

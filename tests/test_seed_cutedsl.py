@@ -46,6 +46,21 @@ def test_the_deploy_gets_the_protocols_server_environment():
     assert "kdakit_server_protocol_env | default([]) | map('regex_replace', '^', '--env=')" in defaults
 
 
+def test_the_server_environment_of_a_protocol_from_another_file(tmp_path):
+    """A site's (or the test rig's) own protocols file given to the bench: the deploy reads its server_env
+    from that file (kdakit_bench_protocols_file), not from the built-in one, where the protocol is unknown."""
+    own = tmp_path / "protocols.toml"
+    text = (REPO / "bench/protocols.toml").read_text().replace("[protocol.cutedsl-pr]", "[protocol.site-ab]")
+    own.write_text(text)
+    run = [sys.executable, "-m", "kdakit.bench.serving", "server-env", "site-ab"]
+    assert json.loads(
+        subprocess.run([*run, str(own)], capture_output=True, text=True, check=True).stdout
+    ) == ["SGLANG_SIMULATE_ACC_LEN=5"]
+    assert subprocess.run([*run, ""], capture_output=True, text=True).returncode == 1  # empty: built-in
+    tasks = (REPO / "playbooks/roles/server/tasks/main.yml").read_text()
+    assert '"{{ kdakit_bench_protocols_file }}"' in tasks
+
+
 def test_make_ab_with_the_cutedsl_arms_runs_the_prs_protocols(tmp_path):
     assert profiles.ab_protocols(["triton", "cutedsl"]) == {"bench": "cutedsl-pr", "gsm8k": "full"}
     assert profiles.ab_protocols(profiles.ab_arms()) is None

@@ -502,6 +502,28 @@ def test_an_ab_on_a_partition_too_short_is_refused_before_sbatch(tmp_path):
     assert fake.submitted == []
 
 
+def test_a_sequential_protocol_visits_until_the_stopping_rule_says_stop(tmp_path, monkeypatch):
+    """BENCH_PROTOCOL=decisive as Slurm jobs: after each visit of both arms the stopping rule reads the run's
+    records; the jobs stop when it says stop (here after visit 2), not after the protocol's max_visits."""
+    from kdakit.records import sequential
+
+    asked = []
+
+    def decide(run_dir, protocol, *, elapsed_s=None):
+        asked.append((run_dir, protocol))
+        done = len(asked) == 2
+        return sequential.Decision(stop=done, visits=len(asked), reason=f"after {len(asked)}: stop={done}")
+
+    monkeypatch.setattr(sequential, "decide", decide)
+    fake, said = FakeCluster(), []
+    ctx = run.Context(settings.SlurmSettings(), _slurm(fake), tmp_path, "r1", "h200", say=said.append)
+    run.ab(ctx, ["triton", "helion"], "decisive")
+    names = [Path(p).name for p in fake.submitted]
+    assert names == [f"kdakit-r1-{arm}-v{k}.sbatch" for k in (1, 2) for arm in ("triton", "helion")]
+    assert asked == [(ctx.run_dir, "decisive")] * 2
+    assert "== slurm after visit 2: after 2: stop=True" in said
+
+
 def test_the_readiness_wait_follows_a_process_on_pyxis():
     """wait_ready.py --pid: a server process that exits fails the wait at once, with its one line."""
     wait_ready = REPO / "kdakit" / "launch" / "wait_ready.py"
@@ -565,13 +587,12 @@ def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
     cleanup, which must still stop the server gracefully and keep its log and inspect, the run's keys
     replaced before they reach a file (0640, in a 0700 folder)."""
     import os
-    import signal
     import time
 
     from kdakit.launch import access
 
     docker = tmp_path / "docker"
-    docker.write_text(FAKE_DOCKER)
+    docker.write_text(docker_text)
     docker.chmod(0o755)
     s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "server_command=--port,30000",
                              "use_gpus=false"])  # fmt: skip
@@ -590,6 +611,16 @@ def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
     while "hold\tstarted" not in (status.read_text() if status.exists() else ""):
         assert time.monotonic() < deadline and proc.poll() is None, "the node part never reached hold"
         time.sleep(0.1)
+    return proc, visit, status
+
+
+def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
+    """Slurm sends SIGTERM to a step more than once (slurmstepd, then srun): the second one lands during the
+    cleanup, which must still remove the server (the time-limit case on the real cluster)."""
+    import signal
+    import time
+
+    proc, visit, status = _node_part_held(tmp_path, FAKE_DOCKER, "5")
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)  # the cleanup is fetching the server's log now
     proc.send_signal(signal.SIGTERM)

@@ -464,18 +464,19 @@ def gsm8k_section(c: Collected, published: dict) -> Section:
         gsm.blocks.append(
             Table(
                 ["Host", "GPU", "Arm", "Protocol", "Tool", "Run", "Questions", "Strict", "Flexible",
-                 "Numeric", "Symbolic", "Threshold", "Verdict", "Published", "Dev. (pts)", "Accept length",
-                 "Published accept length"],
+                 "Numeric", "Symbolic", "Verdict (threshold)", "Published (dev. pts)",
+                 "Accept length (published)"],
                 [
                     [r["host"], r["sku"], r["arm"], r["protocol"], _tool_text(r["metrics"]),
                      str(r["metrics"]["run_index"]), _questions_text(r["metrics"]),
                      _acc(r["metrics"], "strict"), _acc(r["metrics"], "flexible"),
                      _acc(r["metrics"], "numeric"), _acc(r["metrics"], "symbolic"),
-                     f"{r['metrics']['threshold']:.2f}",
-                     f"{r['metrics']['verdict']} ({r['metrics']['verdict_metric']})"
+                     f"{r['metrics']['verdict']} ({r['metrics']['verdict_metric']} ≥ "
+                     f"{r['metrics']['threshold']:.2f})"
                      + ("" if r["metrics"].get("status", "ok") == "ok" else f": {r['metrics']['status']}"),
-                     *_gsm8k_published(r, published), fmt(r["metrics"].get("accept_length"), 3, "—"),
-                     _published_accept_length(r, published)]
+                     _published_cell(r, published),
+                     f"{fmt(r['metrics'].get('accept_length'), 3, '—')} "
+                     f"({_published_accept_length(r, published)})"]
                     for r in ordered
                 ],
             )
@@ -588,6 +589,12 @@ def _metric_cell(judged: stats.Judgement) -> str:
     return f"{stats.fmt_ci(judged.ci)} {judged.text}"
 
 
+def _published_cell(record: dict, published: dict) -> str:
+    """The published mean with our deviation in points, or why there is none."""
+    mean, deviation = _gsm8k_published(record, published)
+    return mean if deviation == "n/a" else f"{mean} ({deviation})"
+
+
 def _gsm8k_published(record: dict, published: dict) -> list[str]:
     """[published mean, deviation in points] for the record's protocol, GPU and arm, or why there is none."""
     m = record["metrics"]
@@ -616,7 +623,7 @@ def _gsm8k_published(record: dict, published: dict) -> list[str]:
 def _published_accept_length(record: dict, published: dict) -> str:
     """The published average accept length of the same protocol and arm, with the GPU it ran on."""
     found = [
-        f"{p['accept_length']:.3f} ({p['sku']}, {p['source']})"
+        f"published {p['accept_length']:.3f}, {p['sku']}, {p['source']}"
         for p in published.get("gsm8k", [])
         if p["protocol"] == record["protocol"] and p["arm"] == record["arm"] and "accept_length" in p
     ]

@@ -26,6 +26,7 @@ class _DefaultsShown(argparse.HelpFormatter):
 def register(sub: argparse._SubParsersAction) -> None:
     from kdakit.kernels import shapes
     from kdakit.kernels.tools import bench as bench_module
+    from kdakit.kernels.tools import profile as profile_module
     from kdakit.kernels.tools import served as served_module
     from kdakit.kernels.tools import sweep as sweep_module
     from kdakit.kernels.tools import upstream
@@ -164,6 +165,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     served.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
     served.add_argument("--run-id", default=None, help="the run's folder name (default: served-<UTC time>)")
     served.set_defaults(func=cmd_served)
+
+    prof = kernels.add_parser(
+        "profile",
+        help="per-kernel device time of every prefill arm (torch profiler; GPU only)",
+        description="Each prefill arm called as SGLang's adapters call it, then `--calls` calls profiled: "
+        "every CUDA kernel's µs per call and the arm's total without the input restore. Writes "
+        "RESULTS_DIR/RUN_ID/HOST/prefill-profile.json after every row.",
+        formatter_class=_DefaultsShown,
+    )
+    prof.add_argument("--cases", default=profile_module.DEFAULT_CASES, help="BATCHxTOKENS:HEADS,...")
+    prof.add_argument("--calls", type=int, default=20, help="profiled calls per arm and case")
+    prof.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
+    prof.add_argument("--run-id", default=None, help="the run's folder name (default: profile-<UTC time>)")
+    prof.set_defaults(func=cmd_profile)
 
     sweep = kernels.add_parser(
         "sweep",
@@ -346,6 +361,20 @@ def cmd_served(args: argparse.Namespace) -> int:
     tmp.replace(raw)
     print(served.render_table(record))
     print(f"\nwrote {raw}")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from kdakit.kernels.tools import profile
+
+    cases = profile.parse_cases(args.cases)
+    if args.calls < 1:
+        raise UsageError(f"--calls: at least 1, got {args.calls}")
+    run_id = args.run_id or datetime.now(UTC).strftime("profile-%Y%m%d-%H%M%S")
+    out_dir = Path(args.results_dir) / run_id / socket.gethostname()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profile.run(cases, out_dir / profile.RAW_NAME, calls=args.calls)
+    print(f"\nwrote {out_dir / profile.RAW_NAME}")
     return 0
 
 
