@@ -734,9 +734,9 @@ def widened_block_v(block_v: int, programs_per_tile: int, V: int, sms: int) -> i
     32-wide tile (128 programs) against 584 us with 16-wide (256 programs, two waves) on the H200. Beyond
     one wave at V, keep the configured tile (many short sequences: more, smaller programs).
 
-    The tile never widens past MAX_STATE_TILE: a 128-wide tile's pipeline stages need more shared memory than
-    the H200 has, and a prefill graph with 8 sequence slots at 16 heads asked for exactly that (its fallback
-    to fewer stages then compiled inside the graph capture, which CUDA refuses)."""
+    The tile never widens past MAX_STATE_TILE: a prefill graph with 8 sequence slots at 16 heads asked for a
+    128-wide tile, whose stages overflow the H200's shared memory, and its capture failed; capped at 64 the
+    same graph captures and replays."""
     width = block_v
     while width < min(V, MAX_STATE_TILE) and programs_per_tile * math.ceil(V / width) > sms:
         width *= 2
