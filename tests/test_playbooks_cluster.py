@@ -369,7 +369,7 @@ def test_full_flow_and_faults(cluster):
         rows = [line for line in text.splitlines() if line.startswith(f"| {name} | H200 | helion | pr |")]
         assert len(rows) == 2, text  # one per run
         for row in rows:
-            assert f"| {mean:.4f} ({pub['source']}) | {(0.9 - mean) * 100:+.2f} |" in row, row
+            assert f"| {mean:.4f} ({pub['source']}) ({(0.9 - mean) * 100:+.2f}) |" in row, row
 
     # Fault: h2's server container exits at start; h1 deploys normally in the same run.
     fault_id = "ci-fault"

@@ -502,28 +502,6 @@ def test_an_ab_on_a_partition_too_short_is_refused_before_sbatch(tmp_path):
     assert fake.submitted == []
 
 
-def test_a_sequential_protocol_visits_until_the_stopping_rule_says_stop(tmp_path, monkeypatch):
-    """BENCH_PROTOCOL=decisive as Slurm jobs: after each visit of both arms the stopping rule reads the run's
-    records; the jobs stop when it says stop (here after visit 2), not after the protocol's max_visits."""
-    from kdakit.records import sequential
-
-    asked = []
-
-    def decide(run_dir, protocol, *, elapsed_s=None):
-        asked.append((run_dir, protocol))
-        done = len(asked) == 2
-        return sequential.Decision(stop=done, visits=len(asked), reason=f"after {len(asked)}: stop={done}")
-
-    monkeypatch.setattr(sequential, "decide", decide)
-    fake, said = FakeCluster(), []
-    ctx = run.Context(settings.SlurmSettings(), _slurm(fake), tmp_path, "r1", "h200", say=said.append)
-    run.ab(ctx, ["triton", "helion"], "decisive")
-    names = [Path(p).name for p in fake.submitted]
-    assert names == [f"kdakit-r1-{arm}-v{k}.sbatch" for k in (1, 2) for arm in ("triton", "helion")]
-    assert asked == [(ctx.run_dir, "decisive")] * 2
-    assert "== slurm after visit 2: after 2: stop=True" in said
-
-
 def test_the_readiness_wait_follows_a_process_on_pyxis():
     """wait_ready.py --pid: a server process that exits fails the wait at once, with its one line."""
     wait_ready = REPO / "kdakit" / "launch" / "wait_ready.py"
