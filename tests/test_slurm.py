@@ -565,12 +565,13 @@ def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
     cleanup, which must still stop the server gracefully and keep its log and inspect, the run's keys
     replaced before they reach a file (0640, in a 0700 folder)."""
     import os
+    import signal
     import time
 
     from kdakit.launch import access
 
     docker = tmp_path / "docker"
-    docker.write_text(docker_text)
+    docker.write_text(FAKE_DOCKER)
     docker.chmod(0o755)
     s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "server_command=--port,30000",
                              "use_gpus=false"])  # fmt: skip
@@ -589,16 +590,6 @@ def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
     while "hold\tstarted" not in (status.read_text() if status.exists() else ""):
         assert time.monotonic() < deadline and proc.poll() is None, "the node part never reached hold"
         time.sleep(0.1)
-    return proc, visit, status
-
-
-def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
-    """Slurm sends SIGTERM to a step more than once (slurmstepd, then srun): the second one lands during the
-    cleanup, which must still remove the server (the time-limit case on the real cluster)."""
-    import signal
-    import time
-
-    proc, visit, status = _node_part_held(tmp_path, FAKE_DOCKER, "5")
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)  # the cleanup is fetching the server's log now
     proc.send_signal(signal.SIGTERM)
