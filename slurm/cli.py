@@ -53,11 +53,11 @@ def _wrap(fn):
 
 
 def _deploy(args) -> bool:
-    return run.deploy(_context(args), args.arm, args.protocol)
+    return run.deploy(_context(args), args.arm, args.protocol or "pr")
 
 
 def _step(args) -> bool:
-    return run.step(_context(args), args.arm, args.step, args.protocol)
+    return run.step(_context(args), args.arm, args.step, args.protocol or "pr")
 
 
 def _collect(args) -> bool:
@@ -80,7 +80,11 @@ def ab_visit(ctx: run.Context, arms: list[str], protocol: str) -> script.Visit:
 def _script(args) -> bool:
     ctx = _context(args)
     arms = args.arms.split() if args.arms else list(profiles.ab_arms())
-    print(script.render(ctx.settings, ab_visit(ctx, arms, args.protocol)), end="")
+    published = profiles.ab_protocols(arms) or {}  # a published A/B's protocols, as `kdakit run` picks them
+    if published.get("gsm8k"):
+        ctx.settings.gsm8k_protocol = published["gsm8k"]
+    protocol = args.protocol or published.get("bench") or "pr"
+    print(script.render(ctx.settings, ab_visit(ctx, arms, protocol)), end="")
     return True
 
 
@@ -161,7 +165,7 @@ def register(sub) -> None:
         q.add_argument("--results", default="results", help="results folder on storage every node mounts")
         q.add_argument("--run-id", default="", help="default: new for deploy, else results/LATEST")
         q.add_argument("--sku", default=profiles.default_sku())
-        q.add_argument("--protocol", default="pr", help="the serving protocol (bench/protocols.toml)")
+        q.add_argument("--protocol", default="", help="serving protocol (default pr, or a published A/B's)")
         q.add_argument("--dry-run", action="store_true", help="print the job script; submit nothing")
         if arm is not None:
             q.add_argument("--arm", default=arm)

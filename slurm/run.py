@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 

@@ -104,6 +104,13 @@ def server_argv(settings: SlurmSettings, visit: Visit, results: str) -> list[str
     return argv + [f"--set={s}" for s in settings.server_set]
 
 
+def server_env(settings: SlurmSettings, visit: Visit) -> list[str]:
+    """The bench protocol's server environment (KEY=VALUE), as the deploy role passes it: e.g. the CuTe-verify
+    PR's simulated accept length."""
+    protocol = bench_protocol_table(settings).get(visit.bench_protocol)
+    return [f"{k}={v}" for k, v in sorted(protocol.server_env.items())] if protocol else []
+
+
 def expected_seconds(settings: SlurmSettings, visit: Visit) -> tuple[float, str]:
     """(seconds, what) the job is expected to take: every visit of every arm (an allocation) or one arm's
     deploy, GSM8K and bench (a held server)."""
@@ -276,6 +283,7 @@ def render(settings: SlurmSettings, visit: Visit) -> str:
         _array("SERVER_ARGS", server_argv(settings, visit, results_in_server)),
         _array("GSM8K_ARGS", ["--protocol", settings.gsm8k_protocol, *settings.gsm8k_args]),
         _array("BENCH_ARGS", _bench_args(settings, visit)),
+        _array("SERVER_ENV", server_env(settings, visit)),
     ]
     if pyxis:
         header += [f"CACHE_DIR={_q(CACHE_MOUNT if settings.cache_dir else '')}"]
@@ -440,7 +448,7 @@ step_deploy() {
   "$DOCKER" run -d --name "$SERVER" --label io.kdakit.run-id="$RUN_ID" --label io.kdakit.arm="$ARM" \
     --label io.kdakit.slurm-job="$SLURM_JOB_ID" --network host --ipc host --shm-size "$SHM_SIZE" \
     --stop-timeout "$STOP_GRACE_S" "${GPU_FLAGS[@]}" "${ULIMITS[@]}" -v "$OUT:/results" \
-    -v "$MODEL_PATH:$MODEL_MOUNT:ro" --env-file "$ENV_FILE" \
+    -v "$MODEL_PATH:$MODEL_MOUNT:ro" --env-file "$ENV_FILE" "${SERVER_ENV[@]/#/--env=}" \
     -e KDAKIT_RUN_ID -e KDAKIT_HOST -e KDAKIT_SKU -e KDAKIT_ARM -e HF_HUB_OFFLINE=1 -e KDAKIT_IMAGE_ID="$id" \
     --entrypoint "${SERVER_ENTRYPOINT[0]}" "$SERVER_IMAGE" "${SERVER_ENTRYPOINT[@]:1}" "${SERVER_ARGS[@]}" \
     >/dev/null || return 1
@@ -480,7 +488,8 @@ stop_containers() {
   if [ -n "$STARTED_SERVER" ] && "$DOCKER" container inspect "$SERVER" >/dev/null 2>&1; then
     "$DOCKER" stop --time "$STOP_GRACE_S" "$SERVER" >/dev/null 2>&1
     (umask 027; "$DOCKER" logs --timestamps "$SERVER" 2>&1 | scrubbed > "$OUT/diag/kdakit-sglang.log")
-    (umask 027; "$DOCKER" container inspect "$SERVER" 2>/dev/null | scrubbed > "$OUT/diag/kdakit-sglang.inspect.json")
+    (umask 027; "$DOCKER" container inspect "$SERVER" 2>/dev/null | scrubbed \
+      > "$OUT/diag/kdakit-sglang.inspect.json")
     "$DOCKER" rm -f "$SERVER" >/dev/null 2>&1
   fi
   "$DOCKER" rm -f "$GSM8K" "$BENCH" >/dev/null 2>&1
@@ -508,7 +517,8 @@ fi
 
 step_deploy() {
   gpus_allocated || return 1
-  "${SERVER_ENTRYPOINT[@]}" "${SERVER_ARGS[@]}" > >(scrubbed >> "$OUT/diag/kdakit-sglang.log") 2>&1 &
+  env "${SERVER_ENV[@]}" "${SERVER_ENTRYPOINT[@]}" "${SERVER_ARGS[@]}" \
+    > >(scrubbed >> "$OUT/diag/kdakit-sglang.log") 2>&1 &
   echo $! > "$SERVER_PID_FILE"
   python3 "$WAIT_READY" --url "$URL/health" --pid "$(cat "$SERVER_PID_FILE")" --timeout "$READY_TIMEOUT_S"
 }

@@ -5,6 +5,7 @@ and per-node outcomes. tests/test_playbooks_cluster.py runs it on a real slurmct
 from __future__ import annotations
 
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -660,3 +661,39 @@ def test_the_allocation_holds_until_released_and_its_term_trap_stops_every_node(
     assert calls[-1].startswith("srun --overlap --nodes=2 --ntasks-per-node=1 ") and calls[-1].endswith(
         " stop"
     )
+
+
+def test_a_published_ab_on_slurm_runs_its_protocols_and_its_servers_environment(tmp_path):
+    """The CuTe-verify PR's A/B (arms triton, cutedsl) on Slurm: GSM8K as that PR ran it (`full`), its serving
+    protocol, and the protocol's server environment (the simulated accept length) handed to the server's
+    container by the node part's deploy."""
+    import os
+
+    script_out = subprocess.run(
+        [sys.executable, "-m", "kdakit", "slurm", "script", "--sku", "h200", "--run-id", "r1",
+         "--results", str(tmp_path / "results"), "--arms", "triton cutedsl"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert script_out.returncode == 0, script_out.stderr
+    assert "GSM8K_ARGS=(--protocol full)" in script_out.stdout
+    assert "BENCH_ARGS=(--protocol cutedsl-pr " in script_out.stdout
+    assert "SERVER_ENV=(SGLANG_SIMULATE_ACC_LEN=5)" in script_out.stdout
+
+    docker = tmp_path / "docker"
+    docker.write_text(FAKE_DOCKER)
+    docker.chmod(0o755)
+    s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "use_gpus=false"])
+    visit = _visit(tmp_path, steps=("deploy",), arm="triton", bench_protocol="cutedsl-pr")
+    ctx = run.Context(s, _slurm(FakeSlurm([_job("RUNNING")])), tmp_path / "results", "r1", "h200")
+    run.prepare(ctx)
+    run.run_secrets(ctx)
+    visit.script_path.write_text(script.render(s, visit))
+    visit.wait_ready.write_text("print('ready')\n")  # stands in for the readiness wait
+    env = {**os.environ, "SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1", "PLANTED_KEY": "none"}
+    node = ["bash", str(visit.script_path), "node", "triton", "1", "deploy"]
+    done = subprocess.run(node, env=env, timeout=60)
+    assert done.returncode == 0
+    (server_run,) = [c for c in (tmp_path / "docker.log").read_text().splitlines() if c.startswith("run -d ")]
+    assert " --env=SGLANG_SIMULATE_ACC_LEN=5 " in server_run, server_run
+    plain = script.render(s, _visit(tmp_path, steps=("deploy",), arm="triton", bench_protocol="pr"))
+    assert "SERVER_ENV=()" in plain

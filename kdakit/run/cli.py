@@ -56,12 +56,14 @@ def _latest(results: str, run_id: str) -> None:
         raise UsageError(str(exc)) from None
 
 
-def _slurm_backend(args, run: RunContext):
+def _slurm_backend(args, run: RunContext, gsm8k_protocol: str = ""):
     from kdakit.slurm import allocation, jobs, timing
     from kdakit.slurm import run as slurm_run
     from kdakit.slurm import settings as slurm_settings
 
     loaded = slurm_settings.load(args.slurm_settings or None, args.slurm_set)
+    if gsm8k_protocol:  # a published A/B's (or the command line's) GSM8K protocol over the site's default
+        loaded.gsm8k_protocol = gsm8k_protocol
     timing.check_nodes(loaded)  # before anything is written
     ctx = slurm_run.Context(
         settings=loaded, slurm=jobs.Slurm(),
@@ -85,7 +87,7 @@ def _ab(args) -> int:
     plan = loop.plan_of(bench_protocol or "pr")
     run = RunContext(Path(args.results).resolve(), run_id, sku=sku)
     if args.scheduler == "slurm":
-        backend = _slurm_backend(args, run)
+        backend = _slurm_backend(args, run, gsm8k_protocol)
     else:
         if not args.preflight_done:
             rc = preflight(args, sku, "--gate", "--arms", str(len(arms)), *arm_flags(arms))
