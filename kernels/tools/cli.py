@@ -198,6 +198,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     sweep.add_argument("--precisions", default=shapes.csv("sweep", "precisions"), help="state pool dtypes")
     sweep.add_argument("--head-dim", type=int, default=sweep_defaults.head_dim, help="K = V")
     sweep.add_argument("--timeout-s", type=float, default=300.0, help="bound on the whole sweep's workers")
+    sweep.add_argument(
+        "--workers", type=int, default=0, help="fresh processes per arm, each T = 1 first (0: by the cores)"
+    )
     sweep.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
     sweep.add_argument("--run-id", default=None, help="the run's folder name (default: sweep-<UTC time>)")
     sweep.add_argument("--dry-run", action="store_true", help="print the cases and worker command only")
@@ -410,17 +413,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     run_id = args.run_id or datetime.now(UTC).strftime("sweep-%Y%m%d-%H%M%S")
     out_dir = Path(args.results_dir) / run_id / socket.gethostname()
     planned = sweep.cases(cfg)
+    if args.workers < 0:
+        raise UsageError(f"--workers: 0 (automatic) or more, got {args.workers}")
+    workers = args.workers or sweep.default_workers(len(arms))
     if args.dry_run:
         probes = sum(1 for c in planned if c.length == 1)
         print(
             f"{len(planned) - probes} sweep cases and {probes} T = 1 probes per arm, "
             f"first {planned[0].key()}, last {planned[-1].key()}; "
-            f"arms {', '.join(arms)}, each in a fresh process of {sys.executable}; "
+            f"arms {', '.join(arms)}, each in {len(sweep.shards(planned, workers))} fresh process(es) of "
+            f"{sys.executable}; "
             f"rows to {out_dir / sweep.ROWS_NAME}"
         )
         return 0
     result = sweep.run(
-        arms, cfg, out_dir, args.timeout_s, log=lambda m: print(m, file=sys.stderr, flush=True)
+        arms,
+        cfg,
+        out_dir,
+        args.timeout_s,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+        workers=workers,
     )
     print(sweep.render(result))
     print(f"\nwrote {out_dir / sweep.ROWS_NAME} and {out_dir / sweep.RESULT_NAME}")
