@@ -70,7 +70,7 @@ def _teardown(args) -> bool:
 
 def ab_visit(ctx: run.Context, arms: list[str], protocol: str) -> script.Visit:
     """The allocation of an A/B (what `kdakit run ab --scheduler slurm` submits)."""
-    from kdakit.bench.serving import PROTOCOLS_FILE
+    from kdakit.facts.protocols import PROTOCOLS_FILE
 
     protocols = Path(ctx.settings.bench_protocols) if ctx.settings.bench_protocols else PROTOCOLS_FILE
     visits = visits_plan(protocol, protocols).visits
@@ -161,7 +161,7 @@ def register(sub) -> None:
         q.add_argument("--results", default="results", help="results folder on storage every node mounts")
         q.add_argument("--run-id", default="", help="default: new for deploy, else results/LATEST")
         q.add_argument("--sku", default=profiles.default_sku())
-        q.add_argument("--protocol", default="pr", help="the serving protocol (bench/protocols.toml)")
+        q.add_argument("--protocol", default="pr", help="the serving protocol (kdakit/facts/protocols.toml)")
         q.add_argument("--dry-run", action="store_true", help="print the job script; submit nothing")
         if arm is not None:
             q.add_argument("--arm", default=arm)

@@ -19,6 +19,7 @@ import pytest
 from kdakit.bench import serving
 
 from kdakit import cli
+from kdakit.facts.protocols import load_protocols
 from kdakit.launch import access
 from kdakit.records import results
 
@@ -353,7 +354,7 @@ def test_a_server_that_accepts_and_never_answers_is_one_line_within_the_probe_li
 
 
 def test_pr_protocol_client_flags():
-    protocol = serving.load_protocols()["pr"]
+    protocol = load_protocols()["pr"]
     assert [(p.input_len, p.concurrency, p.num_prompts) for p in protocol.points] == [
         (4096, 1, 8), (4096, 16, 64), (4096, 48, 192), (32768, 1, 8), (32768, 16, 64), (32768, 48, 192)
     ]  # fmt: skip

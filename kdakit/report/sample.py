@@ -100,7 +100,7 @@ def _points(protocol, published: dict, arm: str, rng: random.Random, noise: floa
 
 
 def write_sample(root: Path) -> Path:
-    from kdakit.bench.serving import PROTOCOLS_FILE, load_protocols, protocol_definition
+    from kdakit.facts.protocols import PROTOCOLS_FILE, load_protocols, protocol_definition
     from kdakit.report.model import load_published
 
     protocols = load_protocols()
