@@ -602,6 +602,18 @@ def set_explicit_config(configs: dict[str, Any], explicit: set[str], name: str, 
     explicit.add(name)
 
 
+def kernel_maker(fn):
+    """`config -> helion.Kernel` over the kernel function `fn`, cached per config (decode's and verify's
+    `make_*_kernel`, used by their wrappers and by the tuning scripts)."""
+    import helion
+
+    @functools.cache
+    def make(config):
+        return helion.kernel(fn, static_shapes=False, config=config)
+
+    return make
+
+
 def select_config(
     kernel: str, configs: dict[str, Any], name: str, explicit: set[str],
     state, batch: int, H: int, HV: int, K: int, V: int,

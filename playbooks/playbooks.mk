@@ -14,7 +14,7 @@ PREFLIGHT_DONE ?=
 PURGE ?=
 # The arms an A/B runs, in order (empty: arms.toml's `ab`).
 ARMS ?=
-# The serving protocol of bench and ab-* (bench/protocols.toml), e.g. rigorous (interleaved visits); unset:
+# The serving protocol of bench and ab-* (kdakit/facts/protocols.toml), e.g. rigorous (interleaved visits); unset:
 # the bench role's kdakit_bench_protocol (pr) or what the inventory or EXTRA sets. ab-*: a published A/B's
 # protocols (arms.toml's published_ab, e.g. ARMS="triton cutedsl": the CuTe-verify PR's serving and GSM8K)
 # unless BENCH_PROTOCOL / GSM8K_PROTOCOL are given (kdakit run ab picks them).

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from kdakit.slurm import jobs, run, timing
 from kdakit.slurm.script import node_argv, time_limit
 
-from kdakit.records import paths
 from kdakit.records.paths import RunContext
 
 RELEASE_WAIT_S = 60  # how long the allocation may take to end once released, before it is cancelled
@@ -82,17 +81,11 @@ class SlurmAllocation:
         if end is not None and end.state not in jobs.ACTIVE:
             self.end = end
         secrets = run.run_secrets(ctx)
-        per_step: dict[str, list[dict]] = {}
-        all_ok = True
+        of_node = {}
         for node in self.nodes:
-            rows = list(outcomes.get(node, []))
+            rows = of_node[node] = list(outcomes.get(node, []))
             if "collect" in steps:
-                node_dir = paths.host_dir(ctx.results, ctx.run_id, node, run_.arm)
-                run.access.scrub_tree(node_dir, secrets)
-                ok = node_dir.is_dir()
-                rows.append(
-                    ("collect", "ok" if ok else "failed", "" if ok else f"no results under {node_dir}")
-                )
+                rows.append(run.collect_outcome(ctx, node, run_.arm, secrets))
             if "teardown" in steps:
                 said = run.node_status(ctx.run_dir, self.job_id).get(node, [])
                 started = any(r[0] == "deploy" and r[1] == "started" for r in said)
@@ -101,11 +94,7 @@ class SlurmAllocation:
                 rows.append(("teardown", "ok" if ok else "failed", "" if ok else
                              f"no word from {node} that its server stopped after visit {run_.visit} of "
                              f"{run_.arm}: check the node before reusing it"))  # fmt: skip
-            for step, outcome, cause in rows:
-                per_step.setdefault(step, []).append({"host": node, "outcome": outcome, "cause": cause})
-                all_ok &= outcome == "ok"
-        for step, hosts in per_step.items():
-            run.record(ctx, run_.arm, step, hosts)
+        all_ok = run.record_outcomes(ctx, run_.arm, of_node)
         facts = run.slurm_facts(ctx, visit, end or self._running(), self.job_id, run_.visit)
         for node in self.nodes:
             run.add_facts(ctx, node, run_.arm, facts)

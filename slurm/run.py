@@ -129,6 +129,29 @@ def record(ctx: Context, arm: str, step: str, hosts: list[dict]) -> list[str]:
     return lines
 
 
+def record_outcomes(ctx: Context, arm: str, of_node: dict[str, list[tuple[str, str, str]]]) -> bool:
+    """Every node's (step, outcome, cause) rows recorded, one record per step over the nodes; True when all
+    are ok."""
+    per_step: dict[str, list[dict]] = {}
+    all_ok = True
+    for node, rows in of_node.items():
+        for step, outcome, cause in rows:
+            per_step.setdefault(step, []).append({"host": node, "outcome": outcome, "cause": cause})
+            all_ok &= outcome == "ok"
+    for step, hosts in per_step.items():
+        record(ctx, arm, step, hosts)
+    return all_ok
+
+
+def collect_outcome(ctx: Context, node: str, arm: str, secrets: list[str]) -> tuple[str, str, str]:
+    """The controller's collect of a node's results (on shared storage already): the run's keys scrubbed from
+    them; failed when the node wrote none."""
+    node_dir = paths.host_dir(ctx.results, ctx.run_id, node, arm)
+    access.scrub_tree(node_dir, secrets)
+    ok = node_dir.is_dir()
+    return ("collect", "ok" if ok else "failed", "" if ok else f"no results under {node_dir}")
+
+
 def slurm_facts(ctx: Context, visit: Visit, end: jobs.JobEnd | None, job_id: str, visit_no: int = 1) -> dict:
     fields = end.fields if end is not None else {}
     try:
@@ -193,20 +216,14 @@ def finish_visit(ctx: Context, visit: Visit, job_id: str, end: jobs.JobEnd, cont
     nodes = end.nodes or sorted(status) or [NO_NODE]
     steps = tuple(s for s in visit.steps if s != "hold")
     secrets = run_secrets(ctx)
-    all_ok = True
-    per_step: dict[str, list[dict]] = {}
+    of_node = {}
     for node in nodes:
         rows = status.get(node, [])
-        outcomes = node_outcomes(steps, rows, end)
+        outcomes = of_node[node] = node_outcomes(steps, rows, end)
         if node == NO_NODE:
             outcomes += [(s, "skipped", "no node was allocated") for s in controller_steps]
         elif "collect" in controller_steps:
-            node_dir = paths.host_dir(ctx.results, ctx.run_id, node, visit.arm)
-            access.scrub_tree(node_dir, secrets)
-            ok = node_dir.is_dir()
-            outcomes.append(
-                ("collect", "ok" if ok else "failed", "" if ok else f"no results under {node_dir}")
-            )
+            outcomes.append(collect_outcome(ctx, node, visit.arm, secrets))
         if "teardown" in controller_steps and node != NO_NODE:
             started = any(r[0] == "deploy" and r[1] == "started" for r in rows)
             if not started or server_stopped(rows):
@@ -215,11 +232,7 @@ def finish_visit(ctx: Context, visit: Visit, job_id: str, end: jobs.JobEnd, cont
                 outcomes.append(("teardown", "failed",
                                  f"no word from {node} that its server stopped after job {job_id} ended "
                                  f"{end.state}: check the node before reusing it"))  # fmt: skip
-        for step, outcome, cause in outcomes:
-            per_step.setdefault(step, []).append({"host": node, "outcome": outcome, "cause": cause})
-            all_ok &= outcome == "ok"
-    for step, hosts in per_step.items():
-        record(ctx, visit.arm, step, hosts)
+    all_ok = record_outcomes(ctx, visit.arm, of_node)
     facts = slurm_facts(ctx, visit, end, job_id)
     for node in nodes:
         if node != NO_NODE:
@@ -263,13 +276,8 @@ def deploy(ctx: Context, arm: str, bench_protocol: str) -> bool:
 
 def _record_steps(ctx: Context, visit: Visit, job_id: str, end: jobs.JobEnd) -> bool:
     status = node_status(ctx.run_dir, job_id)
-    all_ok, per_step = True, {}
-    for node in end.nodes:
-        for step, outcome, cause in node_outcomes(visit.steps, status.get(node, []), None):
-            per_step.setdefault(step, []).append({"host": node, "outcome": outcome, "cause": cause})
-            all_ok &= outcome == "ok"
-    for step, hosts in per_step.items():
-        record(ctx, visit.arm, step, hosts)
+    of_node = {node: node_outcomes(visit.steps, status.get(node, []), None) for node in end.nodes}
+    all_ok = record_outcomes(ctx, visit.arm, of_node)
     facts = slurm_facts(ctx, visit, end, job_id)
     for node in end.nodes:
         add_facts(ctx, node, visit.arm, facts)

@@ -88,7 +88,7 @@ slurm_time = timing.slurm_time
 
 
 def bench_protocol_table(settings: SlurmSettings) -> dict:
-    from kdakit.bench.serving import PROTOCOLS_FILE, load_protocols
+    from kdakit.facts.protocols import PROTOCOLS_FILE, load_protocols
 
     return load_protocols(Path(settings.bench_protocols) if settings.bench_protocols else PROTOCOLS_FILE)
 

@@ -20,6 +20,7 @@ import yaml
 
 from kdakit.records import provenance
 from kdakit.run import facts
+from tests.infra import tmpfs
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -256,15 +257,8 @@ def test_staged_image_tarballs_stay_for_a_redeploy_until_their_keep_days_or_purg
 
 
 def test_a_read_only_results_folder_stops_collect_with_one_line_per_host(rig, tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    results = tmp_path / "results"
-    results.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(results)], check=True)
-    try:
+    with tmpfs.mounted(tmp_path / "results", "size=1m,ro") as results:
         collect = play(rig, "collect", "ro", "helion", "--limit", "local1", results=results)
-    finally:
-        subprocess.run(["umount", "-l", str(results)], check=False)
     assert lines(collect)["local1"] == (
         f"local1: collect failed (collect: cannot write {results}/ro/local1/helion: Read-only file system;"
         f" the host's copies stay in local1:{rig}/host-results/ro/helion. Fix: make the results folder"

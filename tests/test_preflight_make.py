@@ -164,8 +164,7 @@ def test_ab_with_a_sequential_protocol_visits_until_the_stopping_rule_says_stop(
     protocol file's 20."""
     import random
 
-    from kdakit.bench.serving import PROTOCOLS_FILE, load_protocols, protocol_definition
-
+    from kdakit.facts.protocols import PROTOCOLS_FILE, load_protocols, protocol_definition
     from kdakit.records import results
 
     protocol = load_protocols()["decisive"]

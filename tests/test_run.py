@@ -108,7 +108,7 @@ def test_no_allocation_no_visit_and_a_failed_run(tmp_path):
 
 
 def test_the_protocols_plan_their_visits(tmp_path):
-    bench = REPO / "bench" / "protocols.toml"
+    bench = REPO / "kdakit" / "facts" / "protocols.toml"
     assert plan_of("pr", bench) == Plan("pr", 1) and plan_of("rigorous", bench).visits == 5
     doc = tmp_path / "p.toml"
     doc.write_text(

@@ -124,12 +124,13 @@ def test_nodes_and_nodelist_must_agree():
 def test_time_limit_is_the_expected_duration_with_margin_lead_and_cap(tmp_path):
     """Every visit of both arms at the site's rates (GSM8K on the first visit only), x (1 + margin), plus the
     signal lead; capped at max_time; time_limit replaces it; a partition whose MaxTime is smaller refuses."""
-    from kdakit.bench.serving import load_protocols
     from kdakit.evals.gsm8k import load_protocols as gsm8k_protocols
+
+    from kdakit.facts.protocols import PROTOCOLS_FILE, load_protocols
 
     s = settings.SlurmSettings()
     bench, gsm8k = load_protocols()["rigorous"], gsm8k_protocols()[1]["pr"]
-    visits = tomllib.loads((REPO / "bench" / "protocols.toml").read_text())["protocol"]["rigorous"]["repeats"]
+    visits = tomllib.loads(PROTOCOLS_FILE.read_text())["protocol"]["rigorous"]["repeats"]
     per_run = sum(
         -(-p.num_prompts // p.concurrency)
         * (p.concurrency * p.input_len / s.expected_prefill_tok_s + p.output_len / s.expected_decode_tok_s)

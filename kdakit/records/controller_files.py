@@ -203,6 +203,14 @@ def commit_collected(staged: Path | str, dest: Path | str, manifest: list[dict])
     return problems
 
 
+def _refused(line: str | None) -> int:
+    """A check's exit status: 1 with its one line on stderr, 0 when it said nothing."""
+    if line:
+        print(line, file=sys.stderr)
+        return 1
+    return 0
+
+
 def _main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -232,17 +240,9 @@ def _main(argv: list[str] | None = None) -> int:
             write_latest(args.results, args.run_id)
             return 0
         if args.cmd == "space":
-            line = preflight_space(args.results, args.hosts, args.arms)
-            if line:
-                print(line, file=sys.stderr)
-                return 1
-            return 0
+            return _refused(preflight_space(args.results, args.hosts, args.arms))
         if args.cmd == "prepare":
-            line = prepare_staging(args.staged, args.host, args.host_dir)
-            if line:
-                print(line, file=sys.stderr)
-                return 1
-            return 0
+            return _refused(prepare_staging(args.staged, args.host, args.host_dir))
         problems = commit_collected(args.staged, args.dest, json.load(sys.stdin))
     except OSError as exc:
         print(f"kdakit: {exc}", file=sys.stderr)

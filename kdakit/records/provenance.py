@@ -79,16 +79,21 @@ def server_command(run_dir: Path | str | None) -> dict | None:
     return {"argv": [str(a) for a in argv], "env": {str(k): str(v) for k, v in env.items()}}
 
 
-def tool_versions() -> dict[str, str | None]:
+def package_versions(dists: tuple[str, ...]) -> dict[str, str | None]:
+    """Each distribution's installed version; None where it is not installed."""
     from importlib import metadata
 
     versions = {}
-    for dist in ("lm-eval", "sglang", "torch", "triton", "helion"):
+    for dist in dists:
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
     return versions
+
+
+def tool_versions() -> dict[str, str | None]:
+    return package_versions(("lm-eval", "sglang", "torch", "triton", "helion"))
 
 
 def gather(run_dir: Path | str | None = None) -> dict:

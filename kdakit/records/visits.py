@@ -29,7 +29,7 @@ class Plan:
 
 
 def plan_of(protocol: str, path: Path) -> Plan:
-    """The protocol's visits from a protocols file (bench/protocols.toml or a site's copy)."""
+    """The protocol's visits from a protocols file (kdakit/facts/protocols.toml or a site's copy)."""
     table = tomllib.loads(Path(path).read_text()).get("protocol", {}).get(protocol)
     if table is None:
         known = ", ".join(tomllib.loads(Path(path).read_text()).get("protocol", {}))

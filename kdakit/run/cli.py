@@ -161,7 +161,7 @@ def register(sub) -> None:
         q.add_argument("--ansible-playbook", default=str(Path(sys.executable).parent / "ansible-playbook"))
         q.add_argument("--docker", default="docker", help="the controller's docker client (preflight)")
         q.add_argument("--extra", default="", help="more ansible-playbook arguments (make's EXTRA)")
-        q.add_argument("--protocol", default="", help="the serving protocol (bench/protocols.toml)")
+        q.add_argument("--protocol", default="", help="the serving protocol (kdakit/facts/protocols.toml)")
         q.add_argument(
             "--dry-run", action="store_true", help="check mode with diff; Slurm: print the scripts"
         )

@@ -2,7 +2,7 @@
 
 An A/B visits the arms in turn on the same hosts (triton, helion, triton, ...): every visit runs every arm,
 GSM8K on the first visit only. A fixed protocol makes `repeats` visits; a sequential one
-(`sequential = true` in bench/protocols.toml) asks kdakit.records.sequential after each complete visit
+(`sequential = true` in kdakit/facts/protocols.toml) asks kdakit.records.sequential after each complete visit
 whether its verdicts are settled, and stops when they are or its budget is spent. The backend runs one
 arm's visit and records each step's outcome per host; then one roll-up table and the report.
 """
@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Protocol
 
 from kdakit.facts.errors import UsageError
+from kdakit.facts.protocols import PROTOCOLS_FILE
 from kdakit.records import controller_files, provenance
 from kdakit.records.paths import RunContext
 from kdakit.records.visits import Plan, visit_steps
+from kdakit.records.visits import plan_of as plan_in
 
 
 class Backend(Protocol):
@@ -29,9 +31,6 @@ class Backend(Protocol):
 
 
 def plan_of(protocol: str) -> Plan:
-    from kdakit.bench.serving import PROTOCOLS_FILE  # the protocol data lives with the bench harness
-    from kdakit.records.visits import plan_of as plan_in
-
     return plan_in(protocol, PROTOCOLS_FILE)
 
 

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from kdakit.kernels.tools import sweep
-from kdakit.kernels.tools.testing import interpreter
+from kdakit.kernels.tools.testing import fresh_upstream, interpreter
 
 torch = pytest.importorskip("torch")
 
@@ -33,18 +33,12 @@ def test_the_default_sweep_is_the_prs_216_cases_plus_t1_probes_first():
 @pytest.fixture(scope="module")
 def kernels():
     """SGLang's Triton chunk_kda imported under the interpreter, and kdakit's entry points."""
-    from kdakit.kernels.tools import upstream
-
-    with interpreter():
-        upstream._LOADED.clear()
-        upstream._purge_sglang_modules()
+    with fresh_upstream():
         try:
             triton, prefill, decode = sweep.load_arm("helion-kdakit")
         except Exception as exc:  # noqa: BLE001 - no SGLang here: nothing to compare with
             pytest.skip(f"SGLang's kernels unavailable: {exc}")
         yield triton, prefill, decode
-        upstream._LOADED.clear()
-        upstream._purge_sglang_modules()
 
 
 def _work(tmp_path, loaded, cfg=TINY):
