@@ -488,8 +488,8 @@ stop_containers() {
   if [ -n "$STARTED_SERVER" ] && "$DOCKER" container inspect "$SERVER" >/dev/null 2>&1; then
     "$DOCKER" stop --time "$STOP_GRACE_S" "$SERVER" >/dev/null 2>&1
     (umask 027; "$DOCKER" logs --timestamps "$SERVER" 2>&1 | scrubbed > "$OUT/diag/kdakit-sglang.log")
-    (umask 027; "$DOCKER" container inspect "$SERVER" 2>/dev/null | scrubbed \
-      > "$OUT/diag/kdakit-sglang.inspect.json")
+    (umask 027
+     "$DOCKER" container inspect "$SERVER" 2>/dev/null | scrubbed > "$OUT/diag/kdakit-sglang.inspect.json")
     "$DOCKER" rm -f "$SERVER" >/dev/null 2>&1
   fi
   "$DOCKER" rm -f "$GSM8K" "$BENCH" >/dev/null 2>&1
