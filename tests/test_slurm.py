@@ -181,7 +181,8 @@ def test_pyxis_script_runs_the_node_part_inside_the_squashfs(tmp_path):
     assert "$DOCKER" not in text and "docker run" not in text
     # inside the image: kdakit serve as a process beside the steps, its log through the key filter
     assert "SERVER_ARGS=(serve --sku h200 --arm '{arm}' --port 30000 --results '$OUT')" in text
-    assert 'env "${SERVER_ENV[@]}" "${SERVER_ENTRYPOINT[@]}" "${SERVER_ARGS[@]}" \\\n    > >(scrubbed >>' in text
+    server = 'env "${SERVER_ENV[@]}" "${SERVER_ENTRYPOINT[@]}" "${SERVER_ARGS[@]}" \\\n    > >(scrubbed >>'
+    assert server in text
     assert '--pid "$(cat "$SERVER_PID_FILE")"' in text
     assert "CACHE_DIR=/kdakit-cache" in text and "HELION_CACHE_DIR=$CACHE_DIR/helion" in text
     assert 'kill -TERM "$pid"' in text and 'kill -KILL "$pid"' in text
