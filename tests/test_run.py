@@ -194,3 +194,26 @@ def test_preflight_reads_each_hosts_output_file(tmp_path):
     out = preflight.step_outputs(tmp_path)
     assert out["h2"] == {"unreachable": "ssh: connect to host h2 port 22: Connection refused"}
     assert [v.check for v in out["h1"]["verdicts"]] == ["gpu-count"] and not out["h1"]["verdicts"][0].ok
+
+
+def test_a_slurm_ab_plans_its_visits_from_the_sites_own_protocols_file(tmp_path):
+    """A site's protocols file (Slurm's bench_protocols setting) names a protocol the built-in file lacks:
+    `kdakit run ab` plans its visits from that file, as the bench on the nodes reads it."""
+    import subprocess
+    import sys
+
+    built_in = (REPO / "kdakit/facts/protocols.toml").read_text()
+    site = built_in.replace("[protocol.rigorous]", "[protocol.site-ab]")
+    (tmp_path / "site-protocols.toml").write_text(site)
+    visits = plan_of("rigorous", REPO / "kdakit/facts/protocols.toml").visits
+    assert visits > 1
+    ab = [sys.executable, "-m", "kdakit", "run", "ab", "--scheduler", "slurm", "--dry-run", "--results",
+          str(tmp_path / "results"), "--protocol", "site-ab", "--run-id", "r1"]  # fmt: skip
+    done = subprocess.run(
+        [*ab, "--slurm-set", f"bench_protocols={tmp_path / 'site-protocols.toml'}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"== h200 helion visit {visits} of {visits} (run r1)" in done.stdout
+    refused = subprocess.run(ab, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "unknown bench protocol 'site-ab'" in refused.stderr

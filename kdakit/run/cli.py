@@ -84,11 +84,12 @@ def _ab(args) -> int:
     published = profiles.ab_protocols(arms) or {}
     bench_protocol = args.protocol or published.get("bench") or ""  # empty: the roles' defaults (pr)
     gsm8k_protocol = args.gsm8k_protocol or published.get("gsm8k") or ""
-    plan = loop.plan_of(bench_protocol or "pr")
     run = RunContext(Path(args.results).resolve(), run_id, sku=sku)
     if args.scheduler == "slurm":
         backend = _slurm_backend(args, run, gsm8k_protocol)
+        plan = loop.plan_of(bench_protocol or "pr", backend.ctx.settings.bench_protocols)
     else:
+        plan = loop.plan_of(bench_protocol or "pr")
         if not args.preflight_done:
             rc = preflight(args, sku, "--gate", "--arms", str(len(arms)), *arm_flags(arms))
             if rc != 0:

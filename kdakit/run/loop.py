@@ -30,8 +30,9 @@ class Backend(Protocol):
     def finish(self, run: RunContext) -> bool: ...
 
 
-def plan_of(protocol: str) -> Plan:
-    return plan_in(protocol, PROTOCOLS_FILE)
+def plan_of(protocol: str, protocols_file: str | Path | None = None) -> Plan:
+    """The protocol's visits from the protocols file the bench is given (a site's own, or the built-in)."""
+    return plan_in(protocol, protocols_file or PROTOCOLS_FILE)
 
 
 def _decide(run_dir: Path, protocol: str, elapsed_s: float):
