@@ -6,9 +6,10 @@
 - `tool = "lm-eval"` (protocols `lm-eval`, `full`): lm-eval 0.4.13, test rows 0..limit-1, shots from the
   train split as chat turns, lm-eval's strict and flexible filters.
 
-Both read the kit's GSM8K copy (sha256-checked); each run is one tool invocation with the protocol's
-request and run limits (kdakit.measure.bounded), GPU telemetry beside it (kdakit.measure.telemetry), and one
-record naming the tool, its version, the scored rows and the shots.
+The protocols are data: kdakit/facts/gsm8k_protocols.toml, read by kdakit.facts.gsm8k_protocols. Both tools
+read the kit's GSM8K copy (sha256-checked); each run is one tool invocation with the protocol's request and
+run limits (kdakit.measure.bounded), GPU telemetry beside it (kdakit.measure.telemetry), and one record
+naming the tool, its version, the scored rows and the shots.
 
 Why lm-eval's `local-chat-completions`: the served models are chat reasoning models (GLM-5.3-Flash) and the
 PR's protocol sets `reasoning_effort=low`, a chat-template parameter the server applies only to chat
@@ -31,74 +32,22 @@ import shutil
 import sys
 import tempfile
 import time
-import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from kdakit.facts.errors import UsageError
+from kdakit.facts.gsm8k_protocols import METRICS, PROTOCOLS_FILE, TOOLS, Protocol, load_protocols
 from kdakit.measure import bounded, context, integrity, telemetry
 from kdakit.measure.session import Session, pick_protocol
 
 HERE = Path(__file__).parent
-PROTOCOLS_FILE = HERE / "protocols.toml"
 TASK_TEMPLATE = HERE / "gsm8k_kdakit.yaml"
 TASK_NAME = "gsm8k_kdakit"
 LM_EVAL_MODEL = "local-chat-completions"
-# tool -> the distribution that carries it
-TOOLS = {"sglang-run-eval": "sglang", "lm-eval": "lm_eval", "sgl-eval": "sgl-eval"}
-METRICS = {"sglang-run-eval": ("numeric",), "lm-eval": ("strict", "flexible"), "sgl-eval": ("symbolic",)}
 ACCEPT_UNREAD_NOTE = (
     "no accept length: the server refused the cache flush that starts the run's count (SGLang's counters "
     "would cover earlier requests too)"
 )
 SGL_EVAL_CLIENT = [sys.executable, "-m", "kdakit.evals.sgl_eval_client"]
-
-
-@dataclass(frozen=True)
-class Protocol:
-    name: str
-    source: str
-    limit: int  # 0 = all questions
-    num_fewshot: int
-    num_concurrent: int
-    runs: int
-    max_gen_toks: int
-    temperature: float
-    threshold: float
-    verdict_metric: str
-    tool: str = "lm-eval"
-    top_p: float | None = None
-    extra_gen_kwargs: dict = field(default_factory=dict)
-    request_timeout_s: float = 900.0  # longest silence (no request finishing) before the run counts as hung
-    run_timeout_s: float = 14400.0
-
-    def gen_kwargs(self) -> dict:
-        kwargs = {"temperature": self.temperature, "max_gen_toks": self.max_gen_toks}
-        kwargs["do_sample"] = self.temperature > 0
-        if self.top_p is not None:
-            kwargs["top_p"] = self.top_p
-        kwargs.update(self.extra_gen_kwargs)
-        return kwargs
-
-
-def load_protocols(path: Path = PROTOCOLS_FILE) -> tuple[dict, dict[str, Protocol]]:
-    """(the [data] table, protocols by name)."""
-    doc = tomllib.loads(Path(path).read_text())
-    protocols = {}
-    for name, table in doc.get("protocol", {}).items():
-        try:
-            protocols[name] = Protocol(name=name, **table)
-        except TypeError as exc:
-            raise UsageError(f"{path}: protocol {name!r}: {exc}") from None
-        protocol = protocols[name]
-        if protocol.tool not in TOOLS:
-            raise UsageError(f"{path}: protocol {name!r}: tool must be one of {', '.join(TOOLS)}")
-        if protocol.verdict_metric not in METRICS[protocol.tool]:
-            raise UsageError(
-                f"{path}: protocol {name!r}: verdict_metric for {protocol.tool} must be one of "
-                f"{', '.join(METRICS[protocol.tool])}"
-            )
-    return doc.get("data", {}), protocols
 
 
 def sha256(path: Path) -> str:
@@ -113,7 +62,9 @@ def check_data(data: dict, base: Path = HERE) -> Path:
             raise UsageError(f"GSM8K {split} split missing: {path}")
         digest = sha256(path)
         if digest != data[f"{split}_sha256"]:
-            raise UsageError(f"GSM8K {split} split {path} has sha256 {digest}, protocols.toml says otherwise")
+            raise UsageError(
+                f"GSM8K {split} split {path} has sha256 {digest}, gsm8k_protocols.toml says otherwise"
+            )
     return (base / data["test"]).parent.resolve()
 
 
@@ -514,4 +465,4 @@ def register(subparsers) -> None:
         "--limit", type=int, default=None, help="override: score only N questions (the record says limited)"
     )
     g.add_argument("--threshold", type=float, default=None, help="override the protocol's pass threshold")
-    g.add_argument("--protocols", default=None, help="another protocols.toml (custom runs, tests)")
+    g.add_argument("--protocols", default=None, help="another gsm8k_protocols.toml (custom runs, tests)")
