@@ -114,7 +114,7 @@ def server_env(settings: SlurmSettings, visit: Visit) -> list[str]:
 def expected_seconds(settings: SlurmSettings, visit: Visit) -> tuple[float, str]:
     """(seconds, what) the job is expected to take: every visit of every arm (an allocation) or one arm's
     deploy, GSM8K and bench (a held server)."""
-    from kdakit.evals.gsm8k import load_protocols as gsm8k_protocols
+    from kdakit.facts.gsm8k_protocols import load_protocols as gsm8k_protocols
 
     bench = bench_protocol_table(settings).get(visit.bench_protocol)
     if bench is None:

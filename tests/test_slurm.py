@@ -124,8 +124,7 @@ def test_nodes_and_nodelist_must_agree():
 def test_time_limit_is_the_expected_duration_with_margin_lead_and_cap(tmp_path):
     """Every visit of both arms at the site's rates (GSM8K on the first visit only), x (1 + margin), plus the
     signal lead; capped at max_time; time_limit replaces it; a partition whose MaxTime is smaller refuses."""
-    from kdakit.evals.gsm8k import load_protocols as gsm8k_protocols
-
+    from kdakit.facts.gsm8k_protocols import load_protocols as gsm8k_protocols
     from kdakit.facts.protocols import PROTOCOLS_FILE, load_protocols
 
     s = settings.SlurmSettings()

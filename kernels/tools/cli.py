@@ -40,12 +40,6 @@ def _results_arguments(parser: argparse.ArgumentParser, run_name: str) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from kdakit.kernels import shapes
-    from kdakit.kernels.tools import bench as bench_module
-    from kdakit.kernels.tools import profile as profile_module
-    from kdakit.kernels.tools import served as served_module
-    from kdakit.kernels.tools import sweep as sweep_module
-    from kdakit.kernels.tools import upstream
-    from kdakit.kernels.tuned import PREFILL_KERNELS
 
     model, bench_defaults, tune_defaults = (shapes.load()[t] for t in ("model", "bench", "autotune"))
     parser = sub.add_parser(
@@ -56,6 +50,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Shapes and defaults: kernels/shapes.toml.",
     )
     kernels = parser.add_subparsers(dest="kernels_command", required=True, metavar="SUBCOMMAND")
+    _bench_parser(kernels, model, bench_defaults)
+    _autotune_parser(kernels, tune_defaults)
+    _served_parser(kernels, model)
+    _profile_parser(kernels)
+    _sweep_parser(kernels)
+    _seeds_parser(kernels)
+    _simple_parsers(kernels)
+
+
+def _bench_parser(kernels: argparse._SubParsersAction, model: dict, bench_defaults: dict) -> None:
+    from kdakit.kernels import shapes
+    from kdakit.kernels.tools import bench as bench_module
+    from kdakit.kernels.tools import upstream
 
     bench = _command(
         kernels,
@@ -113,6 +120,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     bench.add_argument("--configs", choices=bench_module.CONFIG_MODES, default="shipped", help=configs_help)
 
+
+def _autotune_parser(kernels: argparse._SubParsersAction, tune_defaults: dict) -> None:
+    from kdakit.kernels import shapes
+    from kdakit.kernels.tuned import PREFILL_KERNELS
+
     prefill_names = ", ".join(PREFILL_KERNELS)
     tune = _command(
         kernels,
@@ -153,6 +165,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     tune.add_argument("--out", default=None, help="config folder (default: the package's kernels/configs)")
     tune.add_argument("--dry-run", action="store_true", help="print the plan and target files, tune nothing")
 
+
+def _served_parser(kernels: argparse._SubParsersAction, model: dict) -> None:
+    from kdakit.kernels.tools import served as served_module
+
     served = _command(
         kernels,
         "served",
@@ -179,6 +195,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     served.add_argument("--arms", default=None, help="a subset of the arms (default: all)")
     _results_arguments(served, "served")
 
+
+def _profile_parser(kernels: argparse._SubParsersAction) -> None:
+    from kdakit.kernels.tools import profile as profile_module
+
     prof = _command(
         kernels,
         "profile",
@@ -191,6 +211,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     prof.add_argument("--cases", default=profile_module.DEFAULT_CASES, help="BATCHxTOKENS:HEADS,...")
     prof.add_argument("--calls", type=int, default=20, help="profiled calls per arm and case")
     _results_arguments(prof, "profile")
+
+
+def _sweep_parser(kernels: argparse._SubParsersAction) -> None:
+    from kdakit.kernels import shapes
+    from kdakit.kernels.tools import sweep as sweep_module
 
     sweep = _command(
         kernels,
@@ -217,6 +242,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _results_arguments(sweep, "sweep")
     sweep.add_argument("--dry-run", action="store_true", help="print the cases and worker command only")
 
+
+def _seeds_parser(kernels: argparse._SubParsersAction) -> None:
     seeds = _command(
         kernels,
         "seeds",
@@ -229,6 +256,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     seeds.add_argument("--budget-s", type=float, default=420.0, help="bound on the whole call")
     _results_arguments(seeds, "seeds")
     seeds.add_argument("--dry-run", action="store_true", help="print the plan only")
+
+
+def _simple_parsers(kernels: argparse._SubParsersAction) -> None:
+    """The subcommands of a few plain arguments (_SIMPLE_COMMANDS), their defaults not shown."""
     for name, (func, help_text, options) in _SIMPLE_COMMANDS.items():
         command = kernels.add_parser(name, help=help_text)
         for option, option_help in options.items():
