@@ -98,7 +98,7 @@ reproduce: setup ## The main job: preflight, the image (rebuilt when its tarball
 	  fi; build="image: $(FILE) was built from source $${have:0:12}, this tree is $${want:0:12}: $$full; Ctrl-C now to stop, or REBUILD=0 to refuse"; \
 	fi; \
 	$(if $(filter slurm,$(SCHEDULER)),$(kdakit_slurm_site_note) $(call kdakit_slurm,preflight) --sku $(SKU) --run-id preflight, \
-	  $(call kdakit_preflight,$(SKU),--gate --arms $(words $(ARMS)) $(kdakit_arm_args) $$([ -n "$$build" ] && echo --build))); \
+	  $(call kdakit_preflight,$(SKU),--gate --arms $(words $(or $(ARMS),a b)) $(kdakit_arm_args) $$([ -n "$$build" ] && echo --build))); \
 	if [ -n "$$build" ]; then echo "$$build"; $(MAKE) --no-print-directory image image-save SKU=$(SKU); fi
 	$(MAKE) --no-print-directory ab-$(SKU) SKU=$(SKU) PREFLIGHT_DONE=1
 

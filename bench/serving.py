@@ -26,8 +26,7 @@ import shlex
 import statistics
 import sys
 import time
-import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -41,84 +40,28 @@ from rich.progress import (
 )
 
 from kdakit.facts.errors import UsageError
+from kdakit.facts.protocols import (
+    DATASETS,
+    PROTOCOLS_FILE,
+    Point,
+    Protocol,
+    load_protocols,
+    protocol_definition,
+    server_env_lines,
+)
 from kdakit.launch import access
 from kdakit.measure import bounded, context, integrity, telemetry
 from kdakit.measure.session import Session, pick_protocol
 from kdakit.records import results
 
-PROTOCOLS_FILE = Path(__file__).with_name("protocols.toml")
 # SGLang's client, its flush carrying the admin key (bench/sglang_client.py says why).
 CLIENT = [sys.executable, "-m", "kdakit.bench.sglang_client"]
 # The client's own warm-up requests before each run's measured ones (it sends them to the server too).
 CLIENT_WARMUP_REQUESTS = 1
-DATASETS = ("sharegpt", "random-ids")
 RANDOM_IDS_NOTE = (
     "dataset random-ids (random token ids, ShareGPT not staged): EAGLE acceptance length, and so throughput, "
     "differ from the PR's ShareGPT-text runs; compare arms with each other, not with the published numbers"
 )
-
-
-@dataclass(frozen=True)
-class Point:
-    input_len: int
-    output_len: int
-    concurrency: int
-    num_prompts: int
-
-    @property
-    def label(self) -> str:
-        return f"i{self.input_len}-o{self.output_len}-c{self.concurrency}"
-
-
-@dataclass(frozen=True)
-class Protocol:
-    name: str
-    source: str
-    backend: str
-    dataset: str
-    random_range_ratio: float
-    seed: int
-    temperature: float
-    runs: int
-    warmup: bool
-    metric: str
-    points: tuple[Point, ...] = field(default_factory=tuple)
-    flush_cache: bool = True
-    request_timeout_s: float = 900.0  # longest the client may print nothing (a request hung)
-    run_timeout_s: float = 7200.0  # one client run
-    repeats: int = 1  # visits per arm the protocol asks for (interleaved triton, helion, triton, ...)
-    band_pct: float = 1.0  # the "within" band of the arm-against-arm verdicts
-    metrics: tuple[str, ...] = ()  # the client's numbers the report judges (empty: `metric` alone)
-    server_env: dict = field(default_factory=dict)  # the server's environment for this protocol
-    # A sequential protocol visits until every point and the claim are decisive (kdakit.records.sequential):
-    # at least min_visits, at most max_visits (its `repeats` then) and max_hours.
-    sequential: bool = False
-    min_visits: int = 1
-    max_visits: int | None = None
-    max_hours: float | None = None
-
-
-def load_protocols(path: Path = PROTOCOLS_FILE) -> dict[str, Protocol]:
-    doc = tomllib.loads(Path(path).read_text())
-    protocols = {}
-    for name, table in doc.get("protocol", {}).items():
-        table = dict(table)
-        try:
-            points = tuple(Point(**p) for p in table.pop("points"))
-            table["metrics"] = tuple(table.get("metrics") or (table["metric"],))
-            table["server_env"] = {k: str(v) for k, v in table.get("server_env", {}).items()}
-            protocols[name] = Protocol(name=name, points=points, **table)
-        except (TypeError, KeyError) as exc:
-            raise UsageError(f"{path}: protocol {name!r}: {exc}") from None
-        if protocols[name].sequential:
-            if "repeats" in table or not table.get("max_visits"):
-                raise UsageError(
-                    f"{path}: protocol {name!r}: a sequential protocol gives max_visits, not repeats"
-                )
-            protocols[name] = replace(protocols[name], repeats=protocols[name].max_visits)
-        if protocols[name].dataset not in DATASETS:
-            raise UsageError(f"{path}: protocol {name!r}: dataset must be one of {', '.join(DATASETS)}")
-    return protocols
 
 
 def client_argv(
@@ -246,27 +189,6 @@ def warmup_http_errors(folder: Path) -> dict:
     return bounded.http_error_counts(texts)
 
 
-def protocol_definition(protocol: Protocol, path: Path) -> dict:
-    """What the report needs of the protocol this run used (its band and points), kept in the record: the
-    report must judge by the file the run was given, not by the built-in one."""
-    return {
-        "source_file": "bench/protocols.toml (built in)" if Path(path) == PROTOCOLS_FILE else str(path),
-        "band_pct": protocol.band_pct, "repeats": protocol.repeats,
-        "runs": protocol.runs, "points": [dict(vars(p)) for p in protocol.points],
-        "sequential": protocol.sequential, "min_visits": protocol.min_visits,
-        "max_visits": protocol.max_visits, "max_hours": protocol.max_hours,
-        "metrics": list(protocol.metrics), "server_env": dict(protocol.server_env),
-    }  # fmt: skip
-
-
-def server_env_lines(name: str, path: Path = PROTOCOLS_FILE) -> list[str]:
-    """The protocol's server environment as NAME=VALUE (what the deploy passes to `kdakit serve --env`)."""
-    protocols = load_protocols(path)
-    if name not in protocols:
-        raise UsageError(f"unknown protocol {name!r}; known: {', '.join(sorted(protocols))}")
-    return [f"{key}={value}" for key, value in sorted(protocols[name].server_env.items())]
-
-
 def _client_env(tokenizer: str) -> dict[str, str]:
     env = dict(os.environ, PYTHONUNBUFFERED="1")  # progress reaches the stall watchdog as it happens
     if Path(tokenizer).is_dir():
@@ -304,7 +226,18 @@ def first_failure(protocol: Protocol, points: list[dict], failed: list[int]) -> 
     return f"; {where}: {' '.join(str(error).split())}{more}"
 
 
-def run_serving(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Inputs:
+    """What the command line asks for, checked before the server is reached."""
+
+    protocols_file: Path
+    protocol: Protocol
+    runs: int  # per point
+    dataset: str
+    dataset_path: str | None  # the ShareGPT file (dataset sharegpt)
+
+
+def checked_inputs(args: argparse.Namespace) -> Inputs:
     protocols_file = Path(args.protocols) if args.protocols else PROTOCOLS_FILE
     protocol = pick_protocol(load_protocols(protocols_file), args.protocol)
     runs = args.runs if args.runs is not None else protocol.runs
@@ -319,189 +252,253 @@ def run_serving(args: argparse.Namespace) -> int:
             )
         if not Path(dataset_path).is_file():
             raise UsageError(f"--dataset-path: no such file {dataset_path}")
+    return Inputs(protocols_file, protocol, runs, dataset, dataset_path)
 
-    session = Session.open(args, "serving", ("/v1/models",))
-    base_url, info, out = session.base_url, session.info, session.out
-    tokenizer = _tokenizer(args, info)
-    stem, raw = session.run_folder(f"{session.arm}-{protocol.name}")
-    cmd = shlex.split(args.client_cmd) if args.client_cmd else CLIENT
-    env = _client_env(tokenizer)
 
-    console = Console(stderr=True)
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("elapsed"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    n = len(protocol.points)
-    points: list[dict] = []
-    server_args = None
-    started = time.monotonic()
+class Steps:
+    """The bench's progress over its client runs: rich's live bar on a terminal. Logs (docker, ansible) get no
+    bar, whose last frame would run into the next line, but one plain line per step."""
 
-    def step(progress: Progress, task, text: str) -> None:
-        progress.update(task, description=text)
-        if not console.is_terminal:  # logs (docker, ansible) get no live bar: one plain line per step
-            done = progress.tasks[0].completed
-            elapsed = time.monotonic() - started
-            eta = f"{elapsed / done * (n * runs - done):.0f} s" if done else "unknown"
-            console.print(f"[bench] {text}: elapsed {elapsed:.0f} s, ETA {eta}", markup=False, soft_wrap=True)
+    def __init__(self, total: int):
+        self.console = Console(stderr=True)
+        self.total = total
+        self.started = time.monotonic()
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("elapsed"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+        )
+        disable = not self.console.is_terminal
+        self.progress = Progress(*columns, console=self.console, transient=False, disable=disable)
+        self.task = None
 
-    recorder = telemetry.Recorder(raw / "telemetry.csv").start()
-    hung: str | None = None
-    unchecked = False  # a measured run whose server counter could not be read
-    # (logs, docker, ansible: no bar, whose last frame would run into the next line; step() prints instead)
-    with Progress(*columns, console=console, transient=False, disable=not console.is_terminal) as progress:
-        task = progress.add_task("serving benchmark", total=n * runs)
-        for i, point in enumerate(protocol.points, 1):
-            folder = raw / point.label
-            folder.mkdir()
-            where_text = f"point {i}/{n} ({point.input_len}/{point.output_len}, C{point.concurrency})"
-            if hung:
-                points.append(summarize_point(point, [], runs, f"not run: {hung}", status="missing"))
-                progress.advance(task, runs)
-                continue
-            common = dict(base_url=base_url, tokenizer=tokenizer, dataset=dataset, dataset_path=dataset_path)
-            error, status, http_errors = None, None, {}
+    def __enter__(self) -> Steps:
+        self.progress.__enter__()
+        self.task = self.progress.add_task("serving benchmark", total=self.total)
+        return self
 
-            def limited(outcome: bounded.Outcome, what: str, label: str = point.label) -> str | None:
-                """The point's error when a limit stopped the client (and the bench stops too)."""
-                nonlocal status, hung
-                if outcome.status == "exited":
-                    return None
-                status = "hung" if outcome.status == "stalled" else "timed out"
-                hung = session.limit_line(
-                    f"bench {label} {what}", outcome, protocol.request_timeout_s, protocol.run_timeout_s
-                )
-                return hung
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
 
-            if protocol.warmup:
-                step(progress, task, f"{where_text} warm-up")
-                with access.private_output(folder / "warmup.jsonl") as written:
-                    argv = client_argv(
-                        protocol, point, **common, output_file=written,
-                        num_prompts=point.concurrency, tag=f"kdakit:{stem}:{point.label}:warmup",
-                        model=args.model,
-                    )  # fmt: skip
-                    outcome = _run_client(cmd, argv, folder / "warmup.log", protocol, env)
-                error = limited(outcome, "warm-up")
-                if error is None and not outcome.ok:
-                    http_errors = warmup_http_errors(folder)
-                    codes = ", ".join(f"HTTP {c} x{n}" for c, n in sorted(http_errors.items()))
-                    error = f"warm-up failed{f' ({codes})' if codes else ''} (see {point.label}/warmup.log)"
-            point_runs: list[dict] = []
-            for j in range(1, runs + 1):
-                if error:
-                    break
-                step(progress, task, f"{where_text} run {j}/{runs}")
-                jsonl = folder / f"run{j}.jsonl"
-                # the client's JSONL copies /server_info, keys included: written privately, lands scrubbed
-                with access.private_output(jsonl) as written:
-                    argv = client_argv(
-                        protocol, point, **common, output_file=written, num_prompts=point.num_prompts,
-                        tag=f"kdakit:{stem}:{point.label}:run{j}", model=args.model,
-                    )  # fmt: skip
-                    with session.measured(recorder, f"{point.label} run {j}") as window:
-                        outcome = _run_client(cmd, argv, folder / f"run{j}.log", protocol, env)
-                session.scrub(folder)  # (its log, should the client ever print them)
-                error = limited(outcome, f"run {j}")
-                if error:
-                    break  # (a hung server's counter would only keep the run waiting)
-                requests_seen = window.check(point.num_prompts + CLIENT_WARMUP_REQUESTS)
-                if requests_seen["foreign"]:
-                    error = session.foreign_line(
-                        f"{point.input_len}/{point.output_len} C{point.concurrency} run {j}",
-                        requests_seen["foreign"],
-                    )
-                    print(f"[bench] {error}", file=sys.stderr, flush=True)
-                    break
-                unchecked = unchecked or requests_seen["server"] is None
-                try:
-                    parsed = parse_client_output(jsonl, point.num_prompts)
-                    if outcome.code != 0:
-                        raise RunFailed(f"client exited {outcome.code}", parsed["http_errors"])
-                except RunFailed as exc:
-                    error = f"run {j}: {exc} (see {point.label}/run{j}.log)"
-                    http_errors = exc.http_errors
-                    break
-                server_info = access.redact(parsed.pop("server_info"))
-                parsed["requests"] = requests_seen
-                if server_args is None and isinstance(server_info, dict):
-                    server_args = server_info
-                parsed["index"] = j
-                parsed["raw_file"] = f"{stem}/{point.label}/run{j}.jsonl"
-                parsed["flushed"] = protocol.flush_cache
-                point_runs.append(parsed)
-                progress.advance(task)
-            summary = summarize_point(point, point_runs, runs, error, status)
-            summary["flush_cache"] = protocol.flush_cache
-            if http_errors:
-                summary["http_errors"] = http_errors
-            progress.advance(task, runs - len(point_runs))
-            points.append(summary)
-            if summary["status"] == "ok":
-                values = ", ".join(f"{r['output_throughput']:.2f}" for r in point_runs)
-                accept = summary["accept_length"]
-                accept_text = f", accept length {accept:.3f}" if accept is not None else ""
-                progress.console.print(
-                    f"{where_text}: {summary['median_output_throughput']:.2f} output tok/s "
-                    f"(median of {values}){accept_text}",
-                    markup=False,
-                    soft_wrap=True,
-                )
-            else:
-                progress.console.print(
-                    f"{where_text}: {summary['status'].upper()}: {error}", style="red", markup=False,
-                    soft_wrap=True,
-                )  # fmt: skip
-    tel = recorder.stop()
-    if hung:
-        print(f"[bench] {hung}", file=sys.stderr)
-    for line in tel.get("warnings", []):
-        print(f"[bench] telemetry warning: {line}", file=sys.stderr)
+    def step(self, text: str) -> None:
+        self.progress.update(self.task, description=text)
+        if not self.console.is_terminal:
+            done = self.progress.tasks[0].completed
+            elapsed = time.monotonic() - self.started
+            eta = f"{elapsed / done * (self.total - done):.0f} s" if done else "unknown"
+            self.console.print(
+                f"[bench] {text}: elapsed {elapsed:.0f} s, ETA {eta}", markup=False, soft_wrap=True
+            )
 
+    def advance(self, runs: int = 1) -> None:
+        self.progress.advance(self.task, runs)
+
+    def print(self, text: str, **style) -> None:
+        self.progress.console.print(text, markup=False, soft_wrap=True, **style)
+
+
+class PointStopped(Exception):
+    """A point's measurement ended before its last run: why, the status a limit gave it, the HTTP errors."""
+
+    def __init__(self, error: str, status: str | None = None, http_errors: dict | None = None):
+        super().__init__(error)
+        self.error, self.status, self.http_errors = error, status, http_errors or {}
+
+
+@dataclass
+class Bench:
+    """One `kdakit bench serving` under way: what its client runs share, and what its points found so far."""
+
+    args: argparse.Namespace
+    inputs: Inputs
+    session: Session
+    tokenizer: str
+    stem: str
+    raw: Path
+    cmd: list[str]  # the client
+    env: dict  # its environment
+    recorder: telemetry.Recorder
+    hung: str | None = None  # the limit line of the point that hung: the later points are not run
+    unchecked: bool = False  # a measured run whose server counter could not be read
+    server_args: dict | None = None  # the server's, as the first run that read them saw them
+
+    def client(
+        self, point: Point, output_file: Path, num_prompts: int, what: str, log: Path
+    ) -> bounded.Outcome:
+        """One bounded client run of the point, into output_file (its console: log)."""
+        protocol, inputs = self.inputs.protocol, self.inputs
+        argv = client_argv(
+            protocol, point, base_url=self.session.base_url, tokenizer=self.tokenizer, dataset=inputs.dataset,
+            dataset_path=inputs.dataset_path, output_file=output_file, num_prompts=num_prompts,
+            tag=f"kdakit:{self.stem}:{point.label}:{what}", model=self.args.model,
+        )  # fmt: skip
+        return _run_client(self.cmd, argv, log, protocol, self.env)
+
+    def check_limits(self, outcome: bounded.Outcome, what: str, point: Point) -> None:
+        """A limit stopped the client: the point stops, and so does the bench."""
+        if outcome.status == "exited":
+            return
+        protocol = self.inputs.protocol
+        self.hung = self.session.limit_line(
+            f"bench {point.label} {what}", outcome, protocol.request_timeout_s, protocol.run_timeout_s
+        )
+        raise PointStopped(self.hung, "hung" if outcome.status == "stalled" else "timed out")
+
+
+def warm_up(bench: Bench, point: Point, folder: Path) -> None:
+    """The point's discarded client run of `concurrency` prompts."""
+    with access.private_output(folder / "warmup.jsonl") as written:
+        outcome = bench.client(point, written, point.concurrency, "warmup", folder / "warmup.log")
+    bench.check_limits(outcome, "warm-up", point)
+    if not outcome.ok:
+        http_errors = warmup_http_errors(folder)
+        codes = ", ".join(f"HTTP {c} x{n}" for c, n in sorted(http_errors.items()))
+        error = f"warm-up failed{f' ({codes})' if codes else ''} (see {point.label}/warmup.log)"
+        raise PointStopped(error, http_errors=http_errors)
+
+
+def measured_run(bench: Bench, point: Point, folder: Path, j: int) -> dict:
+    """The point's measured run j, checked (limits, foreign requests, completions): its numbers."""
+    session, jsonl = bench.session, folder / f"run{j}.jsonl"
+    # the client's JSONL copies /server_info, keys included: written privately, lands scrubbed
+    with access.private_output(jsonl) as written:
+        with session.measured(bench.recorder, f"{point.label} run {j}") as window:
+            outcome = bench.client(point, written, point.num_prompts, f"run{j}", folder / f"run{j}.log")
+    session.scrub(folder)  # (its log, should the client ever print them)
+    bench.check_limits(outcome, f"run {j}", point)  # (a hung server's counter would only keep it waiting)
+    requests_seen = window.check(point.num_prompts + CLIENT_WARMUP_REQUESTS)
+    if requests_seen["foreign"]:
+        error = session.foreign_line(
+            f"{point.input_len}/{point.output_len} C{point.concurrency} run {j}", requests_seen["foreign"]
+        )
+        print(f"[bench] {error}", file=sys.stderr, flush=True)
+        raise PointStopped(error)
+    bench.unchecked = bench.unchecked or requests_seen["server"] is None
+    try:
+        parsed = parse_client_output(jsonl, point.num_prompts)
+        if outcome.code != 0:
+            raise RunFailed(f"client exited {outcome.code}", parsed["http_errors"])
+    except RunFailed as exc:
+        raise PointStopped(
+            f"run {j}: {exc} (see {point.label}/run{j}.log)", http_errors=exc.http_errors
+        ) from None
+    server_info = access.redact(parsed.pop("server_info"))
+    parsed["requests"] = requests_seen
+    if bench.server_args is None and isinstance(server_info, dict):
+        bench.server_args = server_info
+    parsed["index"] = j
+    parsed["raw_file"] = f"{bench.stem}/{point.label}/run{j}.jsonl"
+    parsed["flushed"] = bench.inputs.protocol.flush_cache
+    return parsed
+
+
+def measure_point(bench: Bench, steps: Steps, i: int, point: Point) -> dict:
+    """Protocol point i: its warm-up, then its measured runs; its summary (missing once a point hung)."""
+    protocol, runs = bench.inputs.protocol, bench.inputs.runs
+    folder = bench.raw / point.label
+    folder.mkdir()
+    where = f"point {i}/{len(protocol.points)} ({point.input_len}/{point.output_len}, C{point.concurrency})"
+    if bench.hung:
+        summary = summarize_point(point, [], runs, f"not run: {bench.hung}", status="missing")
+        steps.advance(runs)
+        return summary
+    error, status, http_errors = None, None, {}
+    point_runs: list[dict] = []
+    try:
+        if protocol.warmup:
+            steps.step(f"{where} warm-up")
+            warm_up(bench, point, folder)
+        for j in range(1, runs + 1):
+            steps.step(f"{where} run {j}/{runs}")
+            point_runs.append(measured_run(bench, point, folder, j))
+            steps.advance()
+    except PointStopped as stopped:
+        error, status, http_errors = stopped.error, stopped.status, stopped.http_errors
+    summary = summarize_point(point, point_runs, runs, error, status)
+    summary["flush_cache"] = protocol.flush_cache
+    if http_errors:
+        summary["http_errors"] = http_errors
+    steps.advance(runs - len(point_runs))
+    if summary["status"] == "ok":
+        values = ", ".join(f"{r['output_throughput']:.2f}" for r in point_runs)
+        accept = summary["accept_length"]
+        accept_text = f", accept length {accept:.3f}" if accept is not None else ""
+        median = summary["median_output_throughput"]
+        steps.print(f"{where}: {median:.2f} output tok/s (median of {values}){accept_text}")
+    else:
+        steps.print(f"{where}: {summary['status'].upper()}: {error}", style="red")
+    return summary
+
+
+def record_of(bench: Bench, points: list[dict], tel: dict) -> tuple[dict, list[str]]:
+    """The record's (metrics, notes)."""
+    inputs, protocol, session = bench.inputs, bench.inputs.protocol, bench.session
     notes = [
         f"client python -m sglang.benchmark.serving, backend {protocol.backend}, source {protocol.source}"
     ]
     if any(run.get("flushed") for p in points for run in p["runs"]):
         notes.append("prefix cache flushed after each client warm-up, before every measured run")
     if protocol.server_env:
-        settings = ", ".join(server_env_lines(protocol.name, protocols_file))
+        settings = ", ".join(server_env_lines(protocol.name, inputs.protocols_file))
         notes.append(f"server environment of the protocol: {settings} (passed to the server by the deploy)")
-    if dataset == "random-ids":
+    if inputs.dataset == "random-ids":
         notes.append(RANDOM_IDS_NOTE)
-    if unchecked:
+    if bench.unchecked:
         notes.append(integrity.UNCHECKED_NOTE)
-    if hung:
-        notes.append(f"partial: {hung}; later points not run")
+    if bench.hung:
+        notes.append(f"partial: {bench.hung}; later points not run")
     notes += tel.get("warnings", [])
     mine = re.compile(rf"{re.escape(session.arm)}-{re.escape(protocol.name)}(-\d+)?\.result\.json")
-    previous = sum(1 for f in out.iterdir() if mine.fullmatch(f.name))
+    previous = sum(1 for f in session.out.iterdir() if mine.fullmatch(f.name))
     metrics = {
-        "dataset": dataset
-        if dataset == "random-ids"
-        else f"random (ShareGPT text: {Path(dataset_path).name})",
+        "dataset": inputs.dataset
+        if inputs.dataset == "random-ids"
+        else f"random (ShareGPT text: {Path(inputs.dataset_path).name})",
         "backend": protocol.backend,
-        "runs_per_point": runs,
+        "runs_per_point": inputs.runs,
         "repeat_index": previous + 1,  # the records of this arm and protocol already in this folder, plus one
-        **({"visit": args.visit} if args.visit else {}),
-        "protocol_definition": protocol_definition(protocol, protocols_file),
+        **({"visit": bench.args.visit} if bench.args.visit else {}),
+        "protocol_definition": protocol_definition(protocol, inputs.protocols_file),
         "repeats_planned": protocol.repeats,
         "flush_cache": protocol.flush_cache,
         "server_env": dict(protocol.server_env),
         "request_timeout_s": protocol.request_timeout_s,
         "run_timeout_s": protocol.run_timeout_s,
-        "partial": hung is not None,
-        "server_args": server_args if server_args is not None else info,
+        "partial": bench.hung is not None,
+        "server_args": bench.server_args if bench.server_args is not None else session.info,
         "points": points,
         "telemetry": tel,
     }
+    return metrics, notes
+
+
+def run_serving(args: argparse.Namespace) -> int:
+    inputs = checked_inputs(args)
+    protocol = inputs.protocol
+    session = Session.open(args, "serving", ("/v1/models",))
+    tokenizer = _tokenizer(args, session.info)
+    stem, raw = session.run_folder(f"{session.arm}-{protocol.name}")
+    cmd = shlex.split(args.client_cmd) if args.client_cmd else CLIENT
+    env = _client_env(tokenizer)
+    steps = Steps(len(protocol.points) * inputs.runs)
+    recorder = telemetry.Recorder(raw / "telemetry.csv").start()
+    bench = Bench(args, inputs, session, tokenizer, stem, raw, cmd, env, recorder)
+    with steps:
+        points = [measure_point(bench, steps, i, point) for i, point in enumerate(protocol.points, 1)]
+    tel = recorder.stop()
+    if bench.hung:
+        print(f"[bench] {bench.hung}", file=sys.stderr)
+    for line in tel.get("warnings", []):
+        print(f"[bench] telemetry warning: {line}", file=sys.stderr)
+    metrics, notes = record_of(bench, points, tel)
     artifacts = [stem] + ([f"{stem}/{tel['file']}"] if tel.get("file") else [])
     path = session.write(stem, protocol.name, metrics, notes, artifacts)
     failed = [i for i, p in enumerate(points, 1) if p["status"] != "ok"]
+    n = len(points)
     print(f"[bench] {n - len(failed)}/{n} points ok{first_failure(protocol, points, failed)} -> {path}")
     return 1 if failed else 0
 

@@ -6,9 +6,10 @@
 - `tool = "lm-eval"` (protocols `lm-eval`, `full`): lm-eval 0.4.13, test rows 0..limit-1, shots from the
   train split as chat turns, lm-eval's strict and flexible filters.
 
-Both read the kit's GSM8K copy (sha256-checked); each run is one tool invocation with the protocol's
-request and run limits (kdakit.measure.bounded), GPU telemetry beside it (kdakit.measure.telemetry), and one
-record naming the tool, its version, the scored rows and the shots.
+The protocols are data: kdakit/facts/gsm8k_protocols.toml, read by kdakit.facts.gsm8k_protocols. Both tools
+read the kit's GSM8K copy (sha256-checked); each run is one tool invocation with the protocol's request and
+run limits (kdakit.measure.bounded), GPU telemetry beside it (kdakit.measure.telemetry), and one record
+naming the tool, its version, the scored rows and the shots.
 
 Why lm-eval's `local-chat-completions`: the served models are chat reasoning models (GLM-5.3-Flash) and the
 PR's protocol sets `reasoning_effort=low`, a chat-template parameter the server applies only to chat
@@ -31,74 +32,23 @@ import shutil
 import sys
 import tempfile
 import time
-import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from kdakit.facts.errors import UsageError
+from kdakit.facts.gsm8k_protocols import METRICS, PROTOCOLS_FILE, TOOLS, Protocol, load_protocols
 from kdakit.measure import bounded, context, integrity, telemetry
 from kdakit.measure.session import Session, pick_protocol
 
 HERE = Path(__file__).parent
-PROTOCOLS_FILE = HERE / "protocols.toml"
 TASK_TEMPLATE = HERE / "gsm8k_kdakit.yaml"
 TASK_NAME = "gsm8k_kdakit"
 LM_EVAL_MODEL = "local-chat-completions"
-# tool -> the distribution that carries it
-TOOLS = {"sglang-run-eval": "sglang", "lm-eval": "lm_eval", "sgl-eval": "sgl-eval"}
-METRICS = {"sglang-run-eval": ("numeric",), "lm-eval": ("strict", "flexible"), "sgl-eval": ("symbolic",)}
 ACCEPT_UNREAD_NOTE = (
     "no accept length: the server refused the cache flush that starts the run's count (SGLang's counters "
     "would cover earlier requests too)"
 )
 SGL_EVAL_CLIENT = [sys.executable, "-m", "kdakit.evals.sgl_eval_client"]
-
-
-@dataclass(frozen=True)
-class Protocol:
-    name: str
-    source: str
-    limit: int  # 0 = all questions
-    num_fewshot: int
-    num_concurrent: int
-    runs: int
-    max_gen_toks: int
-    temperature: float
-    threshold: float
-    verdict_metric: str
-    tool: str = "lm-eval"
-    top_p: float | None = None
-    extra_gen_kwargs: dict = field(default_factory=dict)
-    request_timeout_s: float = 900.0  # longest silence (no request finishing) before the run counts as hung
-    run_timeout_s: float = 14400.0
-
-    def gen_kwargs(self) -> dict:
-        kwargs = {"temperature": self.temperature, "max_gen_toks": self.max_gen_toks}
-        kwargs["do_sample"] = self.temperature > 0
-        if self.top_p is not None:
-            kwargs["top_p"] = self.top_p
-        kwargs.update(self.extra_gen_kwargs)
-        return kwargs
-
-
-def load_protocols(path: Path = PROTOCOLS_FILE) -> tuple[dict, dict[str, Protocol]]:
-    """(the [data] table, protocols by name)."""
-    doc = tomllib.loads(Path(path).read_text())
-    protocols = {}
-    for name, table in doc.get("protocol", {}).items():
-        try:
-            protocols[name] = Protocol(name=name, **table)
-        except TypeError as exc:
-            raise UsageError(f"{path}: protocol {name!r}: {exc}") from None
-        protocol = protocols[name]
-        if protocol.tool not in TOOLS:
-            raise UsageError(f"{path}: protocol {name!r}: tool must be one of {', '.join(TOOLS)}")
-        if protocol.verdict_metric not in METRICS[protocol.tool]:
-            raise UsageError(
-                f"{path}: protocol {name!r}: verdict_metric for {protocol.tool} must be one of "
-                f"{', '.join(METRICS[protocol.tool])}"
-            )
-    return doc.get("data", {}), protocols
 
 
 def sha256(path: Path) -> str:
@@ -113,7 +63,9 @@ def check_data(data: dict, base: Path = HERE) -> Path:
             raise UsageError(f"GSM8K {split} split missing: {path}")
         digest = sha256(path)
         if digest != data[f"{split}_sha256"]:
-            raise UsageError(f"GSM8K {split} split {path} has sha256 {digest}, protocols.toml says otherwise")
+            raise UsageError(
+                f"GSM8K {split} split {path} has sha256 {digest}, gsm8k_protocols.toml says otherwise"
+            )
     return (base / data["test"]).parent.resolve()
 
 
@@ -321,7 +273,20 @@ def _tool_run(protocol: Protocol, argv: list[str], raw: Path, env: dict, model: 
     return outcome
 
 
-def run_gsm8k(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class Inputs:
+    """The protocol with the command line's overrides and the data it scores, checked before the server is
+    reached."""
+
+    protocol: Protocol
+    data: dict  # the protocols file's [data] table
+    data_dir: Path
+    rows: dict  # rows_scored
+    full_rows: int  # the questions the protocol scores without overrides
+    limited: bool
+
+
+def checked_inputs(args: argparse.Namespace) -> Inputs:
     data, protocols = load_protocols(Path(args.protocols) if args.protocols else PROTOCOLS_FILE)
     protocol = pick_protocol(protocols, args.protocol)
     overrides = {}
@@ -339,155 +304,217 @@ def run_gsm8k(args: argparse.Namespace) -> int:
     test_rows = int(data.get("test_rows", 0)) or len((data_dir / "test.jsonl").read_text().splitlines())
     full_rows = rows_scored(protocols[args.protocol], test_rows)["questions"]["count"]
     rows = rows_scored(protocol, test_rows)
-    limited = rows["questions"]["count"] < full_rows
+    return Inputs(protocol, data, data_dir, rows, full_rows, rows["questions"]["count"] < full_rows)
 
+
+@dataclass
+class Eval:
+    """One `kdakit eval gsm8k` under way: what its runs share."""
+
+    inputs: Inputs
+    session: Session
+    model: str
+    version: str | None  # the tool's
+    env: dict  # the tool's environment
+
+
+@dataclass
+class Run:
+    """One run as measured: its folder, the tool's command line and outcome, what the server counted."""
+
+    j: int
+    stem: str
+    raw: Path
+    argv: list[str]
+    outcome: bounded.Outcome
+    flushed: bool  # the cache flush that starts the server's accept-length count
+    accept: float | None
+    counted: dict  # the server's request count (integrity.Window.check)
+    telemetry: dict  # the recorder's summary
+
+
+def tool_argv(ev: Eval, raw: Path) -> list[str]:
+    protocol, data_dir, base_url = ev.inputs.protocol, ev.inputs.data_dir, ev.session.base_url
+    if protocol.tool == "lm-eval":
+        include_dir = raw / "task"
+        write_task(include_dir, data_dir)
+        return lm_eval_argv(protocol, base_url, ev.model, include_dir, raw / "lm-eval")
+    if protocol.tool == "sgl-eval":
+        return sgl_eval_argv(protocol, base_url, ev.model, data_dir, raw)
+    return run_eval_argv(protocol, base_url, ev.model, data_dir / "test.jsonl")
+
+
+def measure_run(ev: Eval, j: int) -> Run:
+    """Run j: the tool once against the server, its accept length and the server's request count."""
+    protocol, session, q = ev.inputs.protocol, ev.session, ev.inputs.rows["questions"]
+    stem, raw = session.run_folder(f"{session.arm}-{protocol.name}-run{j}")
+    argv = tool_argv(ev, raw)
+    print(
+        f"[gsm8k] run {j}/{protocol.runs} with {protocol.tool} {ev.version or '(version unknown)'}: "
+        f"test rows {q['first']}..{q['first'] + q['count'] - 1}{' (limited)' if ev.inputs.limited else ''}, "
+        f"{protocol.num_fewshot}-shot, {protocol.num_concurrent} concurrent, model {ev.model!r} "
+        f"at {session.base_url}",
+        file=sys.stderr,
+    )
+    flushed = session.flush_cache()  # the accept length read after the run is the run's
+    recorder = telemetry.Recorder(raw / "telemetry.csv")
+    with recorder, session.measured(recorder, f"run {j}") as window:
+        outcome = _tool_run(protocol, argv, raw, ev.env, ev.model)
+    accept = session.accept_length() if outcome.ok else None
+    # the kit's own count is known once the results are read; a run that hung or failed has no
+    # result to protect, and a hung server's counter would only keep it waiting
+    counted = window.check(0) if outcome.ok else integrity.NOT_READ
+    session.scrub(raw)
+    return Run(j, stem, raw, argv, outcome, flushed, accept, counted, recorder.summary)
+
+
+def parse_tool_output(ev: Eval, run: Run, metrics: dict, artifacts: list[str]) -> None:
+    """The tool's scores (and, for lm-eval, the shots it showed) into metrics; its results file into
+    artifacts."""
+    tool, raw, stem = ev.inputs.protocol.tool, run.raw, run.stem
+    if tool == "lm-eval":
+        parsed = parse_lm_eval_results(raw / "lm-eval")
+        metrics["n_questions"] = parsed.pop("n_questions")
+        per_question = lm_eval_shot_rows(raw / "lm-eval", ev.inputs.data_dir / "train.jsonl")
+        rows = ev.inputs.rows
+        metrics["rows"] = {**rows, "shots": {**rows["shots"], "rows_per_question": per_question}}
+        artifacts.append(f"{stem}/lm-eval/{parsed.pop('results_file')}")
+    elif tool == "sgl-eval":
+        parsed = parse_sgl_eval(raw)
+        metrics["n_questions"] = parsed.pop("n_questions")
+        artifacts.append(f"{stem}/{parsed.pop('results_file')}")
+    else:
+        parsed = parse_run_eval(raw)
+        artifacts += [f"{stem}/{p.name}" for p in sorted(raw.glob("run-eval-*"))]
+    metrics.update(parsed)
+
+
+def run_metrics(ev: Eval, run: Run) -> tuple[dict, list[str], str | None]:
+    """The run's record metrics, its artifacts, and what stopped it (None: it has a verdict)."""
+    protocol, inputs, outcome, j = ev.inputs.protocol, ev.inputs, run.outcome, run.j
+    log_name = f"{protocol.tool}.log"
+    metrics = {
+        "run_index": j,
+        "status": "ok",
+        "n_questions": inputs.rows["questions"]["count"],
+        "threshold": protocol.threshold,
+        "verdict_metric": protocol.verdict_metric,
+        "num_fewshot": protocol.num_fewshot,
+        "model": ev.model,
+        "duration_s": round(outcome.elapsed_s, 3),
+        "raw_dir": run.stem,
+        "tool": {"name": protocol.tool, "version": ev.version, "argv": run.argv[1:]},
+        "rows": inputs.rows,
+        "data_sha256": inputs.data["test_sha256"],
+        "limited": inputs.limited,
+        "protocol_questions": inputs.full_rows,
+        "request_timeout_s": protocol.request_timeout_s,
+        "run_timeout_s": protocol.run_timeout_s,
+        "http_errors": bounded.http_error_counts([(run.raw / log_name).read_text(errors="replace")]),
+        "accept_length": run.accept if run.flushed else None,
+        "telemetry": run.telemetry,
+    }
+    artifacts = [f"{run.stem}/{log_name}"]
+    failure = None
+    if not outcome.ok:
+        if outcome.status == "exited":
+            failure = f"{protocol.tool} exited {outcome.code}; log kept in {run.raw / log_name}"
+            metrics["status"] = "failed"
+        else:
+            failure = ev.session.limit_line(
+                f"gsm8k run {j}", outcome, protocol.request_timeout_s, protocol.run_timeout_s
+            )
+            metrics["status"] = "hung" if outcome.status == "stalled" else "timed out"
+    else:
+        try:
+            parse_tool_output(ev, run, metrics, artifacts)
+        except (RuntimeError, KeyError, ValueError) as exc:
+            failure = f"{protocol.tool} output unreadable: {exc}"
+            metrics["status"] = "failed"
+    if run.counted["server"] is not None:
+        sent = metrics["n_questions"]  # one request per question, whichever tool
+        metrics["requests"] = {"sent": sent, "server": run.counted["server"],
+                               "foreign": max(0, run.counted["server"] - sent)}  # fmt: skip
+        if metrics["requests"]["foreign"] and not failure:
+            failure = ev.session.foreign_line(
+                f"gsm8k {protocol.name} run {j}", metrics["requests"]["foreign"]
+            )
+            metrics["status"] = "failed"
+    if metrics["http_errors"]:
+        codes = ", ".join(f"HTTP {c} x{n}" for c, n in sorted(metrics["http_errors"].items()))
+        print(f"[gsm8k] run {j}: the server answered some requests with errors: {codes}",
+              file=sys.stderr)  # fmt: skip
+    if failure:
+        metrics["error"] = failure
+        metrics["verdict"] = "no result"
+    else:
+        metrics["verdict"] = verdict(metrics, protocol)
+    if run.telemetry.get("file"):
+        artifacts.append(f"{run.stem}/{run.telemetry['file']}")
+    return metrics, artifacts, failure
+
+
+def run_notes(ev: Eval, run: Run) -> list[str]:
+    protocol, inputs = ev.inputs.protocol, ev.inputs
+    notes = [f"{protocol.tool} {ev.version}, protocol source {protocol.source}"]
+    if protocol.tool == "lm-eval":
+        notes[0] += f", model {LM_EVAL_MODEL}, task {TASK_NAME}"
+    if inputs.limited:
+        count = inputs.rows["questions"]["count"]
+        notes.append(
+            f"limited run: {count} of the protocol's {inputs.full_rows} questions; not comparable with "
+            "the protocol's published number"
+        )
+    if not run.flushed:
+        notes.append(ACCEPT_UNREAD_NOTE)
+    elif run.accept is None and run.outcome.ok:
+        notes.append("no accept length: the server reports none (no speculative decoding)")
+    notes += run.telemetry.get("warnings", [])
+    if run.counted["server"] is None:
+        notes.append(integrity.UNCHECKED_NOTE)
+    return notes
+
+
+def record_run(ev: Eval, run: Run) -> int:
+    """Writes run j's record and says how it went: 0 passed, 1 failed the threshold, 3 stop (no result)."""
+    protocol = ev.inputs.protocol
+    metrics, artifacts, failure = run_metrics(ev, run)
+    path = ev.session.write(run.stem, protocol.name, metrics, run_notes(ev, run), artifacts)
+    if failure:
+        print(f"[gsm8k] {failure}; partial record -> {path}", file=sys.stderr)
+        return 3  # the server (or the tool) is not fit for the remaining runs
+    chosen = metrics[f"accuracy_{protocol.verdict_metric}"]
+    scores = ", ".join(f"{k} {metrics[f'accuracy_{k}']:.4f}" for k in METRICS[protocol.tool])
+    measured = metrics["accept_length"]
+    accept_text = "" if measured is None else f", accept length {measured:.3f}"
+    print(
+        f"[gsm8k] run {run.j}/{protocol.runs}: {scores} on {metrics['n_questions']} questions"
+        f"{accept_text}; "
+        f"{protocol.verdict_metric} {chosen:.4f} vs threshold {protocol.threshold}: "
+        f"{metrics['verdict'].upper()} ({run.outcome.elapsed_s:.0f} s) -> {path}"
+    )
+    for line in run.telemetry.get("warnings", []):
+        print(f"[gsm8k] telemetry warning: {line}", file=sys.stderr)
+    return 0 if metrics["verdict"] == "pass" else 1
+
+
+def run_gsm8k(args: argparse.Namespace) -> int:
+    inputs = checked_inputs(args)
     session = Session.open(args, "gsm8k", ("/v1/models", "/health"))
-    base_url = session.base_url
-    model = args.model or context.served_model(base_url) or "default"
-    version = tool_version(protocol.tool)
-
+    model = args.model or context.served_model(session.base_url) or "default"
+    version = tool_version(inputs.protocol.tool)
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env["PYTHONUNBUFFERED"] = "1"  # progress reaches the stall watchdog as it happens
     env.setdefault("OPENAI_API_KEY", "EMPTY")
+    ev = Eval(inputs, session, model, version, env)
     worst = 0
     with tempfile.TemporaryDirectory(prefix="kdakit-hf-") as hf_home:
         env["HF_HOME"] = hf_home  # the JSON dataset cache is per run and thrown away
-        for j in range(1, protocol.runs + 1):
-            stem, raw = session.run_folder(f"{session.arm}-{protocol.name}-run{j}")
-            if protocol.tool == "lm-eval":
-                include_dir = raw / "task"
-                write_task(include_dir, data_dir)
-                argv = lm_eval_argv(protocol, base_url, model, include_dir, raw / "lm-eval")
-            elif protocol.tool == "sgl-eval":
-                argv = sgl_eval_argv(protocol, base_url, model, data_dir, raw)
-            else:
-                argv = run_eval_argv(protocol, base_url, model, data_dir / "test.jsonl")
-            q = rows["questions"]
-            print(
-                f"[gsm8k] run {j}/{protocol.runs} with {protocol.tool} {version or '(version unknown)'}: "
-                f"test rows {q['first']}..{q['first'] + q['count'] - 1}{' (limited)' if limited else ''}, "
-                f"{protocol.num_fewshot}-shot, {protocol.num_concurrent} concurrent, model {model!r} "
-                f"at {base_url}",
-                file=sys.stderr,
-            )
-            flushed = session.flush_cache()  # the accept length read after the run is the run's
-            recorder = telemetry.Recorder(raw / "telemetry.csv")
-            with recorder, session.measured(recorder, f"run {j}") as window:
-                outcome = _tool_run(protocol, argv, raw, env, model)
-            accept = session.accept_length() if outcome.ok else None
-            # the kit's own count is known once the results are read; a run that hung or failed has no
-            # result to protect, and a hung server's counter would only keep it waiting
-            counted = window.check(0) if outcome.ok else integrity.NOT_READ
-            session.scrub(raw)
-            log_name = f"{protocol.tool}.log"
-            metrics = {
-                "run_index": j,
-                "status": "ok",
-                "n_questions": q["count"],
-                "threshold": protocol.threshold,
-                "verdict_metric": protocol.verdict_metric,
-                "num_fewshot": protocol.num_fewshot,
-                "model": model,
-                "duration_s": round(outcome.elapsed_s, 3),
-                "raw_dir": stem,
-                "tool": {"name": protocol.tool, "version": version, "argv": argv[1:]},
-                "rows": rows,
-                "data_sha256": data["test_sha256"],
-                "limited": limited,
-                "protocol_questions": full_rows,
-                "request_timeout_s": protocol.request_timeout_s,
-                "run_timeout_s": protocol.run_timeout_s,
-                "http_errors": bounded.http_error_counts([(raw / log_name).read_text(errors="replace")]),
-                "accept_length": accept if flushed else None,
-                "telemetry": recorder.summary,
-            }
-            artifacts = [f"{stem}/{log_name}"]
-            failure = None
-            if not outcome.ok:
-                if outcome.status == "exited":
-                    failure = f"{protocol.tool} exited {outcome.code}; log kept in {raw / log_name}"
-                    metrics["status"] = "failed"
-                else:
-                    failure = session.limit_line(
-                        f"gsm8k run {j}", outcome, protocol.request_timeout_s, protocol.run_timeout_s
-                    )
-                    metrics["status"] = "hung" if outcome.status == "stalled" else "timed out"
-            else:
-                try:
-                    if protocol.tool == "lm-eval":
-                        parsed = parse_lm_eval_results(raw / "lm-eval")
-                        metrics["n_questions"] = parsed.pop("n_questions")
-                        per_question = lm_eval_shot_rows(raw / "lm-eval", data_dir / "train.jsonl")
-                        metrics["rows"] = {
-                            **rows,
-                            "shots": {**rows["shots"], "rows_per_question": per_question},
-                        }
-                        artifacts.append(f"{stem}/lm-eval/{parsed.pop('results_file')}")
-                    elif protocol.tool == "sgl-eval":
-                        parsed = parse_sgl_eval(raw)
-                        metrics["n_questions"] = parsed.pop("n_questions")
-                        artifacts.append(f"{stem}/{parsed.pop('results_file')}")
-                    else:
-                        parsed = parse_run_eval(raw)
-                        artifacts += [f"{stem}/{p.name}" for p in sorted(raw.glob("run-eval-*"))]
-                    metrics.update(parsed)
-                except (RuntimeError, KeyError, ValueError) as exc:
-                    failure = f"{protocol.tool} output unreadable: {exc}"
-                    metrics["status"] = "failed"
-            if counted["server"] is None:
-                notes_extra = [integrity.UNCHECKED_NOTE]
-            else:
-                notes_extra = []
-                sent = metrics["n_questions"]  # one request per question, whichever tool
-                metrics["requests"] = {"sent": sent, "server": counted["server"],
-                                       "foreign": max(0, counted["server"] - sent)}  # fmt: skip
-                if metrics["requests"]["foreign"] and not failure:
-                    failure = session.foreign_line(
-                        f"gsm8k {protocol.name} run {j}", metrics["requests"]["foreign"]
-                    )
-                    metrics["status"] = "failed"
-            if metrics["http_errors"]:
-                codes = ", ".join(f"HTTP {c} x{n}" for c, n in sorted(metrics["http_errors"].items()))
-                print(f"[gsm8k] run {j}: the server answered some requests with errors: {codes}",
-                      file=sys.stderr)  # fmt: skip
-            if failure:
-                metrics["error"] = failure
-                metrics["verdict"] = "no result"
-            else:
-                metrics["verdict"] = verdict(metrics, protocol)
-            if recorder.summary.get("file"):
-                artifacts.append(f"{stem}/{recorder.summary['file']}")
-            notes = [f"{protocol.tool} {version}, protocol source {protocol.source}"]
-            if protocol.tool == "lm-eval":
-                notes[0] += f", model {LM_EVAL_MODEL}, task {TASK_NAME}"
-            if limited:
-                notes.append(
-                    f"limited run: {q['count']} of the protocol's {full_rows} questions; not comparable with "
-                    "the protocol's published number"
-                )
-            if not flushed:
-                notes.append(ACCEPT_UNREAD_NOTE)
-            elif accept is None and outcome.ok:
-                notes.append("no accept length: the server reports none (no speculative decoding)")
-            notes += recorder.summary.get("warnings", []) + notes_extra
-            path = session.write(stem, protocol.name, metrics, notes, artifacts)
-            if failure:
-                print(f"[gsm8k] {failure}; partial record -> {path}", file=sys.stderr)
-                return 3  # the server (or the tool) is not fit for the remaining runs
-            chosen = metrics[f"accuracy_{protocol.verdict_metric}"]
-            scores = ", ".join(f"{k} {metrics[f'accuracy_{k}']:.4f}" for k in METRICS[protocol.tool])
-            measured = metrics["accept_length"]
-            accept_text = "" if measured is None else f", accept length {measured:.3f}"
-            print(
-                f"[gsm8k] run {j}/{protocol.runs}: {scores} on {metrics['n_questions']} questions"
-                f"{accept_text}; "
-                f"{protocol.verdict_metric} {chosen:.4f} vs threshold {protocol.threshold}: "
-                f"{metrics['verdict'].upper()} ({outcome.elapsed_s:.0f} s) -> {path}"
-            )
-            for line in recorder.summary.get("warnings", []):
-                print(f"[gsm8k] telemetry warning: {line}", file=sys.stderr)
-            if metrics["verdict"] != "pass":
-                worst = max(worst, 1)
+        for j in range(1, inputs.protocol.runs + 1):
+            outcome = record_run(ev, measure_run(ev, j))
+            if outcome == 3:
+                return 3
+            worst = max(worst, outcome)
     return worst
 
 
@@ -514,4 +541,4 @@ def register(subparsers) -> None:
         "--limit", type=int, default=None, help="override: score only N questions (the record says limited)"
     )
     g.add_argument("--threshold", type=float, default=None, help="override the protocol's pass threshold")
-    g.add_argument("--protocols", default=None, help="another protocols.toml (custom runs, tests)")
+    g.add_argument("--protocols", default=None, help="another gsm8k_protocols.toml (custom runs, tests)")

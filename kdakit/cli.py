@@ -23,6 +23,7 @@ COMMAND_MODULES = {
     "kernels": "kdakit.kernels.tools.cli",
     "selftest": "kdakit.checks.selftest",
     "slurm": "kdakit.slurm.cli",
+    "run": "kdakit.run.cli",
 }
 
 

@@ -21,7 +21,6 @@ run `python -m kdakit.kernels.decode` for a quick self-check (GPU, or CPU with T
 
 from __future__ import annotations
 
-import functools
 import os
 
 import helion
@@ -137,10 +136,7 @@ def _packed_decode(
     return out
 
 
-@functools.cache
-def make_decode_kernel(config: helion.Config) -> helion.Kernel:
-    """A Helion kernel for one fixed config (cached; used by the wrapper and by tuning scripts)."""
-    return helion.kernel(_packed_decode, static_shapes=False, config=config)
+make_decode_kernel = tuned.kernel_maker(_packed_decode)  # config -> helion.Kernel, cached
 
 
 _EXPLICIT: set[str] = set()
@@ -240,6 +236,8 @@ def validate_decode_inputs(mixed_qkv, a, b, A_log, dt_bias, initial_state, out, 
 
 # Contract mirror: SGLang's decode contract, by name; `_packed_decode` takes the same tensors positionally
 # and keeps its own signature (its source is hashed into every tuned config).
+# Contract mirror: SGLang 0.5.23's packed decode parameters; the kernel (_packed_decode) and the fp64
+# reference (reference.packed_decode_reference) repeat them, so the three lists look alike.
 def helion_fused_recurrent_kda_packed_decode(
     mixed_qkv: torch.Tensor,
     a: torch.Tensor,

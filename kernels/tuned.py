@@ -144,13 +144,8 @@ class ConfigFileError(ValueError):
 
 
 def sku_of(gpu_name: str) -> str:
-    """The configs folder of a GPU: the SKU registry's for its GPU ('NVIDIA H200' -> 'h200', from
-    kdakit/facts/profiles/h200.toml); any other GPU gets a slug of its name (its configs still separate)."""
-    registered = profiles.sku_of_gpu(gpu_name)
-    if registered is not None:
-        return registered.configs
-    name = gpu_name.strip().lower()
-    return re.sub(r"[^a-z0-9]+", "-", name.removeprefix("nvidia ")).strip("-") or "unknown"
+    """The configs folder of a GPU, through the SKU registry's one mapping (kdakit.facts.profiles)."""
+    return profiles.configs_of(profiles.sku_of_gpus(gpu_name))
 
 
 def batch_bucket(batch: int, buckets: tuple[int, ...] = BATCH_BUCKETS) -> int:
@@ -605,6 +600,18 @@ def set_explicit_config(configs: dict[str, Any], explicit: set[str], name: str, 
         raise KeyError(f"unknown config {name!r}; known: {sorted(configs)}")
     configs[name] = config
     explicit.add(name)
+
+
+def kernel_maker(fn):
+    """`config -> helion.Kernel` over the kernel function `fn`, cached per config (decode's and verify's
+    `make_*_kernel`, used by their wrappers and by the tuning scripts)."""
+    import helion
+
+    @functools.cache
+    def make(config):
+        return helion.kernel(fn, static_shapes=False, config=config)
+
+    return make
 
 
 def select_config(

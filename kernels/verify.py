@@ -26,8 +26,6 @@ programs, so no separate memset launch is needed. Reference: `kdakit.kernels.ref
 
 from __future__ import annotations
 
-import functools
-
 import helion
 import helion.language as hl
 import torch
@@ -201,10 +199,7 @@ def _verify(
     return out
 
 
-@functools.cache
-def make_verify_kernel(config: helion.Config) -> helion.Kernel:
-    """A Helion kernel for one fixed config (cached; used by the wrapper and by tuning scripts)."""
-    return helion.kernel(_verify, static_shapes=False, config=config)
+make_verify_kernel = tuned.kernel_maker(_verify)  # config -> helion.Kernel, cached
 
 
 _EXPLICIT: set[str] = set()
@@ -250,6 +245,8 @@ def _new_output(v: torch.Tensor) -> torch.Tensor:
 
 # Contract mirror: SGLang's verify contract, by keyword; `_verify` takes the same tensors positionally and
 # keeps its own signature (its source is hashed into every tuned config).
+# Contract mirror: SGLang 0.5.23's verify parameters; the kernel (_verify) takes them in this order under its
+# own names, the fp64 reference (reference.verify_reference) as they are.
 def helion_kda_verify(
     *,
     q: torch.Tensor,

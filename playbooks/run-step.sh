@@ -8,9 +8,6 @@ playbook=$1
 ansible_playbook=$2
 shift 2
 step=$(basename "$playbook" .yml)
-# The run's holder of the host locks (kdakit/launch/hostlock.py): the process that runs the steps (make's recipe
-# shell; for an A/B, the one loop over every step). A step run inside it inherits it.
-export KDAKIT_RUN_PID=${KDAKIT_RUN_PID:-$PPID}
 set -m # ansible-playbook in its own process group: the signal reaches this script, which stops it
 "$ansible_playbook" "$playbook" "$@" &
 pid=$!

@@ -19,6 +19,7 @@ import pytest
 from kdakit.bench import serving
 
 from kdakit import cli
+from kdakit.facts.protocols import load_protocols
 from kdakit.launch import access
 from kdakit.records import results
 
@@ -49,14 +50,14 @@ points = [{points}]
 """
 
 
-def bench_against_a_fake_server(tmp_path, client, protocols, host, *server_args) -> tuple[int, str]:
-    """`kdakit bench serving` (arm triton, protocol tiny, the client script `client`) against a fake server
-    started for it with `server_args`: its exit code and the server's URL."""
+def bench_against_a_fake_server(tmp_path, client, protocols, *args, server_args=()) -> tuple[int, str]:
+    """`kdakit bench serving` (arm triton, protocol tiny, the client script `client`, more arguments `args`)
+    against a fake server started for it with `server_args`: its exit code and the server's URL."""
     proc, url = fake.start_background(*server_args)
     try:
         code = cli.main(
             ["bench", "serving", "--base-url", url, "--protocol", "tiny", "--protocols", str(protocols),
-             "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o"), "--arm", "triton", "--host", host,
+             "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o"), "--arm", "triton", *args,
              "--client-cmd", f"{sys.executable} {client}"]
         )  # fmt: skip
     finally:
@@ -221,16 +222,7 @@ def test_median_of_three_warmups_and_failures_kept(real_run, tmp_path, capsys):
          "{ input_len = 64, output_len = 8, concurrency = 8, num_prompts = 8 }"],
         runs=3, warmup=True,
     )  # fmt: skip
-    proc, url = fake.start_background()
-    try:
-        code = cli.main(
-            ["bench", "serving", "--base-url", url, "--protocol", "tiny", "--protocols", str(protocols),
-             "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o"), "--arm", "triton",
-             "--client-cmd", f"{sys.executable} {client}"]
-        )  # fmt: skip
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    code, _ = bench_against_a_fake_server(tmp_path, client, protocols)
     assert code == 1
     record = results.read_result(tmp_path / "o" / "triton-tiny.result.json")
     p1, p2, p3 = record["metrics"]["points"]
@@ -280,16 +272,7 @@ def test_a_failed_warm_up_records_its_http_status_and_no_flush_is_claimed_withou
         tmp_path, ["{ input_len = 32, output_len = 16, concurrency = 1, num_prompts = 2 }"], runs=2,
         warmup=True, extra="band_pct = 2.5",
     )  # fmt: skip
-    proc, url = fake.start_background()
-    try:
-        code = cli.main(
-            ["bench", "serving", "--base-url", url, "--protocol", "tiny", "--protocols", str(protocols),
-             "--tokenizer", str(tmp_path), "--out", str(tmp_path / "o"), "--arm", "triton", "--visit", "3",
-             "--client-cmd", f"{sys.executable} {client}"]
-        )  # fmt: skip
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    code, _ = bench_against_a_fake_server(tmp_path, client, protocols, "--visit", "3")
     assert code == 1
     record = results.read_result(tmp_path / "o" / "triton-tiny.result.json")
     (point,) = record["metrics"]["points"]
@@ -316,7 +299,7 @@ def test_hung_point_stops_the_bench_within_its_limit_keeps_earlier_points_and_ht
         runs=1, warmup=False, extra="request_timeout_s = 2",
     )  # fmt: skip
     started = time.monotonic()
-    code, url = bench_against_a_fake_server(tmp_path, client, protocols, "h7")
+    code, url = bench_against_a_fake_server(tmp_path, client, protocols, "--host", "h7")
     assert code == 1 and time.monotonic() - started < 30  # the hung client sleeps 120 s
     record = results.read_result(tmp_path / "o" / "triton-tiny.result.json")
     p1, p2, p3, p4 = record["metrics"]["points"]
@@ -353,7 +336,7 @@ def test_a_server_that_accepts_and_never_answers_is_one_line_within_the_probe_li
 
 
 def test_pr_protocol_client_flags():
-    protocol = serving.load_protocols()["pr"]
+    protocol = load_protocols()["pr"]
     assert [(p.input_len, p.concurrency, p.num_prompts) for p in protocol.points] == [
         (4096, 1, 8), (4096, 16, 64), (4096, 48, 192), (32768, 1, 8), (32768, 16, 64), (32768, 48, 192)
     ]  # fmt: skip
@@ -424,7 +407,9 @@ def test_a_foreign_request_during_a_measured_run_fails_the_point_with_one_line(r
     protocols = write_protocols(
         tmp_path, ["{ input_len = 4096, output_len = 1024, concurrency = 16, num_prompts = 6 }"], 3, False
     )
-    code, _ = bench_against_a_fake_server(tmp_path, client, protocols, "h1", "--enable-metrics")
+    code, _ = bench_against_a_fake_server(
+        tmp_path, client, protocols, "--host", "h1", server_args=("--enable-metrics",)
+    )
     assert code == 1
     line = "h1: 4096/1024 C16 run 2: 3 requests not sent by the kit reached the server during the run"
     record = results.read_result(tmp_path / "o" / "triton-tiny.result.json")

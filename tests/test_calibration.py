@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kdakit.bench.serving import load_protocols
 
+from kdakit.facts.protocols import load_protocols
 from kdakit.records import stats
 from kdakit.report import calibrate
 

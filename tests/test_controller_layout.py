@@ -29,10 +29,16 @@ LAYERS = {
     "bench": {"facts", "launch", "records", "measure"},
     "evals": {"facts", "launch", "records", "measure"},
     "checks": {"facts", "records", "kernels", "kernels.tools"},
-    "report": {"facts", "records", "measure", "bench"},
-    "slurm": {"facts", "launch", "records", "bench", "evals"},
+    "report": {"facts", "records", "measure"},
+    "slurm": {"facts", "launch", "records"},
+    # a run from its id to its report: the visit loop over a scheduler backend (Ansible, kdakit.slurm)
+    "run": {"facts", "launch", "records", "checks", "slurm"},
 }
 LAYERS["cli"] = set(LAYERS)  # the command line wires every layer
+# The harnesses: they may read the controller's core, the core (kdakit/) and the Slurm backend (slurm/) never
+# read them; their shared facts (the serving and GSM8K protocols) live in kdakit.facts. kdakit/cli.py only
+# names their modules for a lazy import.
+HARNESSES = ("kdakit.bench", "kdakit.evals")
 
 
 def layer_of(module: str) -> str:
@@ -109,6 +115,53 @@ def test_the_layout_check_catches_a_wrong_way_import(tmp_path):
     assert _wrong_way("kdakit.kernels.tools.bench", "from kdakit.report import model\n", tmp_path) == {
         "report"
     }
+
+
+# The folders whose modules never import a harness: the core and the Slurm backend.
+NO_HARNESS = (ROOT / "kdakit", ROOT / "slurm")
+
+
+def core_imports_of_harnesses(files: dict[str, Path], core: tuple[Path, ...] = NO_HARNESS) -> list[str]:
+    """Every import of kdakit.bench or kdakit.evals by a module under kdakit/ (core) or slurm/."""
+    wrong = []
+    for module, path in sorted(files.items()):
+        if not any(path.is_relative_to(folder) for folder in core):
+            continue
+        for imported in sorted(kdakit_imports(module, path)):
+            if imported in HARNESSES or imported.startswith(tuple(h + "." for h in HARNESSES)):
+                wrong.append(f"{module} imports {imported}")
+    return wrong
+
+
+def test_the_core_and_slurm_never_import_the_bench_or_evals_harnesses():
+    """bench/ and evals/ import the core (facts, launch, records, measure); nothing under kdakit/ or slurm/
+    imports them back, neither at module level nor inside a function, and no layer of theirs lists them."""
+    files = module_files()
+    assert core_imports_of_harnesses(files) == []
+    core = {layer_of(m) for m, path in files.items() if any(path.is_relative_to(f) for f in NO_HARNESS)}
+    assert "slurm" in core
+    assert {layer for layer in core - {"cli"} if LAYERS[layer] & {"bench", "evals"}} == set()
+
+
+def test_the_harness_check_catches_a_core_or_slurm_module_importing_the_bench_or_evals(tmp_path):
+    core, slurm = tmp_path / "kdakit", tmp_path / "slurm"
+    (core / "report").mkdir(parents=True)
+    slurm.mkdir()
+    (core / "report" / "model.py").write_text("def f():\n    from kdakit.bench.serving import DATASETS\n")
+    (core / "run.py").write_text("import kdakit.evals.gsm8k\n")
+    (slurm / "script.py").write_text("def f():\n    from kdakit.evals.gsm8k import load_protocols\n")
+    harness = tmp_path / "bench" / "serving.py"
+    harness.parent.mkdir()
+    harness.write_text("from kdakit.facts.protocols import load_protocols\nfrom kdakit.bench import x\n")
+    files = {"kdakit.report.model": core / "report" / "model.py", "kdakit.run": core / "run.py",
+             "kdakit.slurm.script": slurm / "script.py", "kdakit.bench.serving": harness}  # fmt: skip
+    assert core_imports_of_harnesses(files, (core, slurm)) == [
+        "kdakit.report.model imports kdakit.bench.serving",
+        "kdakit.report.model imports kdakit.bench.serving.DATASETS",
+        "kdakit.run imports kdakit.evals.gsm8k",
+        "kdakit.slurm.script imports kdakit.evals.gsm8k",
+        "kdakit.slurm.script imports kdakit.evals.gsm8k.load_protocols",
+    ]
 
 
 def test_the_kernels_read_only_the_facts_package_of_the_controller():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kdakit.records import provenance, results
+from tests.infra import tmpfs
 from tests.test_results_schema import gsm8k_record
 
 REPO = Path(__file__).resolve().parent.parent
@@ -20,15 +21,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def small_disk(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], check=True)
-    try:
+    with tmpfs.mounted(tmp_path / "disk", "size=64k") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _record() -> dict:

@@ -14,16 +14,8 @@ KDA_FLAGS = {"--linear-attn-prefill-backend", "--linear-attn-decode-backend", "-
 
 
 def flags_of(p: plan.Plan) -> dict[str, str | None]:
-    """argv -> {flag: value or None for a switch}."""
-    out, argv, i = {}, p.argv[2:], 0
-    while i < len(argv):
-        if i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            out[argv[i]] = argv[i + 1]
-            i += 2
-        else:
-            out[argv[i]] = None
-            i += 1
-    return out
+    """The plan's flags (Plan.flags), a switch as None."""
+    return {flag: None if value is True else value for flag, value in p.flags().items()}
 
 
 def changed(a: dict, b: dict) -> set:

@@ -134,7 +134,7 @@ def test_wait_ready_fails_fast_with_the_containers_last_log_line(tmp_path):
         proc = subprocess.run(
             [
                 sys.executable,
-                str(PLAYBOOKS / "roles/server/files/wait_ready.py"),
+                str(REPO / "kdakit" / "launch" / "wait_ready.py"),
                 "--url",
                 "http://127.0.0.1:9/health",
                 "--docker-host",

@@ -216,10 +216,7 @@ def _run_roots(cluster) -> list[Path]:
 def no_key_in_any_run_directory(cluster):
     """After each test: no file of any run (Ansible or Slurm, faults included) holds a key of any run."""
     yield
-    files = KEYS.assert_clean(*_run_roots(cluster))
-    print(
-        f"key scan: {len(KEYS.secrets)} secret(s) of every run, {files} file(s) of every run directory: none"
-    )
+    keyscan.check_run_roots(KEYS, *_run_roots(cluster))
 
 
 def make(cluster, target: str, *variables: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -369,7 +366,7 @@ def test_full_flow_and_faults(cluster):
         rows = [line for line in text.splitlines() if line.startswith(f"| {name} | H200 | helion | pr |")]
         assert len(rows) == 2, text  # one per run
         for row in rows:
-            assert f"| {mean:.4f} ({pub['source']}) | {(0.9 - mean) * 100:+.2f} |" in row, row
+            assert f"| {mean:.4f} ({pub['source']}) ({(0.9 - mean) * 100:+.2f}) |" in row, row
 
     # Fault: h2's server container exits at start; h1 deploys normally in the same run.
     fault_id = "ci-fault"
@@ -513,11 +510,16 @@ def test_slurm_ab_and_faults(cluster, tarballs):
             "job_id"
         ]
 
-        # DRY_RUN=1 prints every visit's script and submits nothing.
+        # DRY_RUN=1 prints the allocation's script and each visit's job step, and submits nothing.
         dry = make_slurm(cluster, slurm, "ab-h200", "RUN_ID=ci-slurm-dry", f"SLURM_SETTINGS={ab_settings}",
                          "SLURM_SET=nodes=2", "BENCH_PROTOCOL=smoke", "DRY_RUN=1")  # fmt: skip
         assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
-        assert dry.stdout.count("#SBATCH --nodes=2") == 2 and "#SBATCH --gpus-per-node=4" in dry.stdout
+        assert dry.stdout.count("#SBATCH --nodes=2") == 1 and "#SBATCH --gpus-per-node=4" in dry.stdout
+        assert dry.stdout.count("srun --jobid=<job id> --overlap --nodes=2") == 2  # triton, helion
+        # nodes and nodelist that disagree: refused in one line before sbatch
+        bad = make_slurm(cluster, slurm, "ab-h200", "RUN_ID=ci-slurm-bad", f"SLURM_SETTINGS={ab_settings}",
+                         "SLURM_SET=nodes=1 nodelist=h[1-2]", "BENCH_PROTOCOL=smoke")  # fmt: skip
+        assert bad.returncode != 0 and "slurm: nodes = 1 but nodelist h[1-2] names 2 node(s)" in bad.stderr
         assert slurm.cli("squeue", "-h", "-o", "%j").stdout.split() == ["kdakit-ci-slurm-time-helion-held"]
 
         # A visit that cannot start: pending past its bound, cancelled, with Slurm's reason.
@@ -535,8 +537,8 @@ def test_slurm_ab_and_faults(cluster, tarballs):
             re.M,
         ), pending.stdout[-2000:]
 
-        # The A/B: one visit per arm (triton, then helion), each a job on both nodes (tests/test_slurm.py
-        # checks that the visits of an interleaved protocol run on the first allocation's nodes).
+        # The A/B: ONE allocation on both nodes; each arm's visit (triton, then helion) a job step of it
+        # (tests/test_slurm.py checks the interleaving of a rigorous protocol's visits).
         t0 = time.monotonic()
         ab = make_slurm(cluster, slurm, "ab-h200", "RUN_ID=ci-slurm", f"SLURM_SETTINGS={ab_settings}",
                         "SLURM_SET=nodes=2", "BENCH_PROTOCOL=smoke")  # fmt: skip
@@ -545,10 +547,9 @@ def test_slurm_ab_and_faults(cluster, tarballs):
         assert "rollout: all 20 steps ok" in ab.stdout, ab.stdout[-3000:]
         run_dir = results / "ci-slurm"
         scripts = sorted((run_dir / "slurm").glob("*.sbatch"))
-        assert [p.name for p in scripts] == [
-            "kdakit-ci-slurm-helion-v1.sbatch",
-            "kdakit-ci-slurm-triton-v1.sbatch",
-        ]
+        assert [p.name for p in scripts] == ["kdakit-ci-slurm-ab.sbatch"]
+        assert "#SBATCH --signal=B:TERM@180" in scripts[0].read_text()
+        job_ids = set()
         for h in hosts:
             for arm in ("triton", "helion"):
                 node_dir = run_dir / h.name / arm
@@ -563,14 +564,15 @@ def test_slurm_ab_and_faults(cluster, tarballs):
                 facts = prov["slurm"]
                 assert facts["partition"] == "gpu" and facts["node_list"] == "h[1-2]"
                 assert re.fullmatch(r"\d+\.\d+\.\d+", facts["slurm_version"]) and facts["job_id"].isdigit()
-                assert [j["job_name"] for j in prov["slurm_jobs"]] == [f"kdakit-ci-slurm-{arm}-v1"]
+                assert [j["job_name"] for j in prov["slurm_jobs"]] == ["kdakit-ci-slurm-ab"]
+                job_ids.add(facts["job_id"])
                 assert "kdakit-fake-openai listening" in (node_dir / "diag" / "kdakit-sglang.log").read_text()
+        assert len(job_ids) == 1, job_ids  # both arms in the one allocation
+        (job_id,) = job_ids
+        state = slurm.cli("scontrol", "show", "job", "-o", job_id).stdout
+        assert "JobState=COMPLETED" in state, state  # released by the controller, not cancelled
         assert (run_dir / "report.md").exists(), ab.stdout[-2000:]
         assert _kit_containers(hosts) == {"h1": [], "h2": []}
-        keys = run_secrets_of(run_dir)
-        for path in run_dir.rglob("*"):
-            if path.is_file() and "state" not in path.parts:
-                assert not any(k.encode() in path.read_bytes() for k in keys), f"a run key leaked into {path}"
 
         # Faults while a bench runs in a held job on h2 (make deploy, then make bench): the node set DOWN,
         # then the job cancelled.
@@ -618,7 +620,8 @@ def test_slurm_ab_and_faults(cluster, tarballs):
         (timeout_line,) = lines["time"]
         assert timeout_line == (
             f"h3: bench failed (job {timed_job} hit its time limit of 00:01:00. Fix: raise time_limit in the "
-            "Slurm settings (empty: the protocols' bounds); the server is gone: run make deploy-h200 again)"
+            "Slurm settings (empty: the expected duration with its margin); the server is gone: run make "
+            "deploy-h200 again)"
         ), timeout_line
         for run_id, node in (("ci-slurm-down", "h2"), ("ci-slurm-cancel", "h2"), ("ci-slurm-time", "h3")):
             node_dir = results / run_id / node / "helion"
@@ -633,6 +636,16 @@ def test_slurm_ab_and_faults(cluster, tarballs):
         assert _kit_containers(nodes) == {"h1": [], "h2": [], "h3": []}
         down_teardown = make_slurm(cluster, slurm, "teardown", "RUN_ID=ci-slurm-down")
         assert "no job of run ci-slurm-down is queued or running" in down_teardown.stdout
+        # no run's key in any file of any run (the env files in state/ aside), diag/ 0700
+        for env_file in results.glob("*/slurm/state/server.env"):
+            keys = run_secrets_of(env_file.parents[2])
+            for path in results.rglob("*"):
+                if path.is_file() and "state" not in path.parts:
+                    assert not any(k.encode() in path.read_bytes() for k in keys), (
+                        f"a run key leaked into {path}"
+                    )
+        for diag in results.glob("ci-slurm*/h*/*/diag"):
+            assert diag.stat().st_mode & 0o777 == 0o700, diag
         print(f"slurm: A/B {ab_s:.0f} s, faults {faults_s:.0f} s, all {time.monotonic() - t_start:.0f} s")
     finally:
         for h in nodes:  # nothing of ours may outlive the test on the shared engines

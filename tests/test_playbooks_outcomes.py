@@ -19,6 +19,8 @@ import pytest
 import yaml
 
 from kdakit.records import provenance
+from kdakit.run import facts
+from tests.infra import tmpfs
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -52,11 +54,11 @@ def needs_ssh() -> None:
         pytest.skip("ssh missing: install openssh-client (.ci/apt-packages.txt)")
 
 
-def play(rig, step: str, run_id: str = "r1", arm: str = "helion", *extra: str) -> subprocess.CompletedProcess:
+def play(rig, step: str, run_id: str = "r1", arm: str = "helion", *extra: str, results: Path | None = None):
     playbook = REPO / "playbooks" / f"{step}.yml"
+    facts_file = facts.write(facts.extra_vars(results or rig / "results", run_id, arm, hosts="h200"), rig)
     cmd = [str(BIN / "ansible-playbook"), "-i", str(rig / "inventory.yml"), str(playbook),
-           "-e", "kdakit_hosts=h200", "-e", f"kdakit_run_id={run_id}", "-e", f"kdakit_arm={arm}",
-           "-e", f"kdakit_results_dir={rig / 'results'}",
+           "-e", f"@{facts_file}",
            # the host's folders as extra vars: the playbooks' group_vars/all.yml outranks the inventory's
            "-e", f"kdakit_host_results_root={rig / 'host-results'}",
            "-e", f"kdakit_host_state_dir={rig / 'state'}", *extra]  # fmt: skip
@@ -255,17 +257,8 @@ def test_staged_image_tarballs_stay_for_a_redeploy_until_their_keep_days_or_purg
 
 
 def test_a_read_only_results_folder_stops_collect_with_one_line_per_host(rig, tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    results = tmp_path / "results"
-    results.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(results)], check=True)
-    try:
-        collect = play(
-            rig, "collect", "ro", "helion", "-e", f"kdakit_results_dir={results}", "--limit", "local1"
-        )
-    finally:
-        subprocess.run(["umount", "-l", str(results)], check=False)
+    with tmpfs.mounted(tmp_path / "results", "size=1m,ro") as results:
+        collect = play(rig, "collect", "ro", "helion", "--limit", "local1", results=results)
     assert lines(collect)["local1"] == (
         f"local1: collect failed (collect: cannot write {results}/ro/local1/helion: Read-only file system;"
         f" the host's copies stay in local1:{rig}/host-results/ro/helion. Fix: make the results folder"

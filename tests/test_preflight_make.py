@@ -4,6 +4,7 @@ line; a saved image tarball built from another source tree is refused with one l
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -113,28 +114,29 @@ def test_ab_visits_the_arms_interleaved_as_the_bench_protocol_asks(tmp_path, pro
     (triton, helion, triton, ...), GSM8K on the first visit only, the protocol passed to every step; unset,
     nothing is passed, so the inventory's or EXTRA's protocol holds."""
     log = tmp_path / "calls.log"
-    fake = tmp_path / "ansible-playbook"
-    fake.write_text(f'#!/bin/sh\necho "$(basename "$1") $*" >> {log}\n')
+    fake = (
+        tmp_path / "ansible-playbook"
+    )  # logs each step's playbook and what the controller's facts file says
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\nargs = sys.argv[1:]\n"
+        "values = [json.load(open(args[i + 1][1:])) for i, a in enumerate(args) if a == '-e' and"
+        " args[i + 1].startswith('@')][0]\n"
+        f"open({str(log)!r}, 'a').write(json.dumps([os.path.basename(args[0]), values['kdakit_arm'],"
+        " values.get('kdakit_bench_protocol'), values.get('kdakit_visit')]) + '\\n')\n"
+    )
     fake.chmod(0o755)
     proc, _ = make(
         "ab-h200", "PREFLIGHT_DONE=1", f"BENCH_PROTOCOL={protocol}", f"ANSIBLE_PLAYBOOK={fake}",
         f"RESULTS={tmp_path / 'results'}", "RUN_ID=t1",
     )  # fmt: skip
-    calls = [line.split()[0].removesuffix(".yml") for line in log.read_text().splitlines()]
-    arms = [line.split("kdakit_arm=")[1].split()[0] for line in log.read_text().splitlines()]
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
     per_visit = ["deploy", "bench", "collect", "teardown"]
-    expected, expected_arms = [], []
+    expected = []
     for visit in range(visits):
         for arm in ("triton", "helion"):
             steps = per_visit[:1] + ["eval-gsm8k"] * (visit == 0) + per_visit[1:]
-            expected += steps
-            expected_arms += [arm] * len(steps)
-    assert calls == expected and arms == expected_arms, proc.stdout
-    lines = log.read_text().splitlines()
-    if protocol:
-        assert all(f"kdakit_bench_protocol={protocol}" in line for line in lines)
-    else:
-        assert not any("kdakit_bench_protocol" in line for line in lines)
+            expected += [[f"{step}.yml", arm, protocol or None, visit + 1] for step in steps]
+    assert rows == expected, proc.stdout + proc.stderr
 
 
 def test_deploy_refuses_when_the_controller_cannot_hold_the_results(tmp_path):
@@ -162,8 +164,7 @@ def test_ab_with_a_sequential_protocol_visits_until_the_stopping_rule_says_stop(
     protocol file's 20."""
     import random
 
-    from kdakit.bench.serving import PROTOCOLS_FILE, load_protocols, protocol_definition
-
+    from kdakit.facts.protocols import PROTOCOLS_FILE, load_protocols, protocol_definition
     from kdakit.records import results
 
     protocol = load_protocols()["decisive"]
@@ -195,22 +196,23 @@ def test_ab_with_a_sequential_protocol_visits_until_the_stopping_rule_says_stop(
             record["created"] = f"2026-12-01T{visit:02d}:{k:02d}:00+00:00"
             results.write_result(staged / str(visit) / "h1" / arm / f"serving-{visit}.result.json", record)
     log, out = tmp_path / "calls.log", tmp_path / "results" / "t1"
-    fake = tmp_path / "ansible-playbook"
-    collect = f"mkdir -p {out} && cp -r {staged}/$visit/. {out}/"
+    fake = (
+        tmp_path / "ansible-playbook"
+    )  # logs each step's visit; helion's collect brings that visit's records
     fake.write_text(
-        f'#!/bin/sh\necho "$(basename "$1") $*" >> {log}\n'
-        'visit=$(echo "$*" | sed -n "s/.*kdakit_visit=\\([0-9]*\\).*/\\1/p")\n'
-        f'case "$*" in *collect.yml*kdakit_arm=helion*) {collect};; esac\n'
+        f"#!{sys.executable}\nimport json, os, shutil, sys\nargs = sys.argv[1:]\n"
+        "values = [json.load(open(args[i + 1][1:])) for i, a in enumerate(args) if a == '-e' and"
+        " args[i + 1].startswith('@')][0]\nvisit = str(values['kdakit_visit'])\n"
+        f"open({str(log)!r}, 'a').write(visit + '\\n')\n"
+        "if os.path.basename(args[0]) == 'collect.yml' and values['kdakit_arm'] == 'helion':\n"
+        f"    shutil.copytree(os.path.join({str(staged)!r}, visit), {str(out)!r}, dirs_exist_ok=True)\n"
     )
     fake.chmod(0o755)
     proc, _ = make("ab-h200", "PREFLIGHT_DONE=1", "BENCH_PROTOCOL=decisive", f"ANSIBLE_PLAYBOOK={fake}",
                    f"RESULTS={tmp_path / 'results'}", "RUN_ID=t1", timeout=120)  # fmt: skip
-    visits = {line.split("kdakit_visit=")[1].split()[0] for line in log.read_text().splitlines()}
-    assert visits == {"1", "2", "3"}, proc.stdout
-    assert (
-        '== h200 after visit 3: {"stop": true, "visits": 3, "reason": "budget of 3 visits spent: '
-        in proc.stdout
-    )
+    visits = set(log.read_text().split())
+    assert visits == {"1", "2", "3"}, proc.stdout + proc.stderr
+    assert "== decisive after visit 3: budget of 3 visits spent: " in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("limit", ["--limit h1", "-l h1", "--limit=h1"])
@@ -230,9 +232,9 @@ def test_the_space_check_counts_the_hosts_the_limit_selects(tmp_path, limit):
 
 
 def test_reproduce_says_when_the_next_step_is_a_full_image_build(tmp_path):
-    # a preflight that passes (PY=/bin/true) and a builder that fails at once (DOCKER=/bin/false)
+    # a preflight that passes (KDAKIT=/bin/true) and a builder that fails at once (DOCKER=/bin/false)
     tarball = tmp_path / "kdakit-h200.tar.zst"
-    proc, _ = make("reproduce", f"FILE={tarball}", "PY=/bin/true", "DOCKER=/bin/false")
+    proc, _ = make("reproduce", f"FILE={tarball}", "KDAKIT=/bin/true", "DOCKER=/bin/false")
     assert proc.returncode != 0
     first = proc.stdout.splitlines()[0]
     full = "the next step is a full image build (make image image-save SKU=h200: pulls "

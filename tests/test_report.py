@@ -576,7 +576,7 @@ def _identical_arms_tree(root: Path, protocol_name: str, seed: int) -> Path:
     one visit of each arm fails somewhere."""
     import random
 
-    from kdakit.bench.serving import PROTOCOLS_FILE, load_protocols, protocol_definition
+    from kdakit.facts.protocols import PROTOCOLS_FILE, load_protocols, protocol_definition
 
     protocol = load_protocols()[protocol_name]
     rng = random.Random(seed)

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from kdakit.facts import profiles
 from kdakit.facts.errors import UsageError
 from kdakit.records import provenance, results
 
@@ -126,10 +127,10 @@ def test_provenance_reads_server_command_and_sku(tmp_path, monkeypatch):
     (tmp_path / "server-command.json").write_text(json.dumps({"argv": ["sglang", "serve"], "env": {"A": 1}}))
     assert provenance.server_command(tmp_path) == {"argv": ["sglang", "serve"], "env": {"A": "1"}}
     assert provenance.server_command(tmp_path / "missing") is None
-    assert provenance.sku_from_gpus(["NVIDIA H200", "NVIDIA H200"]) == "H200"
-    assert provenance.sku_from_gpus(["NVIDIA B200"]) == "B200"
-    assert provenance.sku_from_gpus(["NVIDIA H200", "NVIDIA B200"]) == "unknown"
-    assert provenance.sku_from_gpus([]) == "unknown"
+    # a record's SKU: the registry's one GPU -> SKU mapping, as the published tables spell it
+    gpus = (["NVIDIA H200", "NVIDIA H200"], ["NVIDIA B200"], ["NVIDIA H200", "NVIDIA B200"], [])
+    record_sku = [profiles.canonical_sku(profiles.sku_of_gpus(g)) for g in gpus]
+    assert record_sku == ["H200", "B200", "unknown", "unknown"]
     monkeypatch.setenv("KDAKIT_IMAGE_ID", "sha256:abc")
     gathered = provenance.gather(tmp_path)
     assert gathered["image_id"] == "sha256:abc"

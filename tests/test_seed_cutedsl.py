@@ -7,9 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kdakit.bench import serving
-
-from kdakit.facts import profiles
+from kdakit.facts import profiles, protocols
 from kdakit.records import results
 from kdakit.report import model, render, sections
 
@@ -19,14 +17,14 @@ PROVENANCE = {"kdakit_version": "0.1.0", "git_sha": "0" * 40, "image_id": None, 
 
 
 def test_the_protocol_is_the_prs_table():
-    p = serving.load_protocols()["cutedsl-pr"]
+    p = protocols.load_protocols()["cutedsl-pr"]
     assert [(x.input_len, x.output_len, x.concurrency) for x in p.points] == [
         (8192, 1024, 1),
         (8192, 1024, 48),
     ]
     assert p.flush_cache and p.server_env == {"SGLANG_SIMULATE_ACC_LEN": "5"}
     assert p.metrics == ("output_throughput", "median_tpot_ms", "median_itl_ms")
-    assert serving.load_protocols()["pr"].metrics == ("output_throughput",)  # the default: `metric`
+    assert protocols.load_protocols()["pr"].metrics == ("output_throughput",)  # the default: `metric`
     published = model.load_published()
     table = model.serving_ab_table("cutedsl-pr", published)
     assert {r["metric"] for r in table["rows"]} == set(p.metrics)
@@ -50,7 +48,7 @@ def test_the_server_environment_of_a_protocol_from_another_file(tmp_path):
     """A site's (or the test rig's) own protocols file given to the bench: the deploy reads its server_env
     from that file (kdakit_bench_protocols_file), not from the built-in one, where the protocol is unknown."""
     own = tmp_path / "protocols.toml"
-    text = (REPO / "bench/protocols.toml").read_text().replace("[protocol.cutedsl-pr]", "[protocol.site-ab]")
+    text = protocols.PROTOCOLS_FILE.read_text().replace("[protocol.cutedsl-pr]", "[protocol.site-ab]")
     own.write_text(text)
     run = [sys.executable, "-m", "kdakit.bench.serving", "server-env", "site-ab"]
     assert json.loads(
@@ -61,22 +59,36 @@ def test_the_server_environment_of_a_protocol_from_another_file(tmp_path):
     assert '"{{ kdakit_bench_protocols_file }}"' in tasks
 
 
-def test_make_ab_with_the_cutedsl_arms_runs_the_prs_protocols():
+def test_make_ab_with_the_cutedsl_arms_runs_the_prs_protocols(tmp_path):
     assert profiles.ab_protocols(["triton", "cutedsl"]) == {"bench": "cutedsl-pr", "gsm8k": "full"}
     assert profiles.ab_protocols(profiles.ab_arms()) is None
-    make = ["make", "--no-print-directory", "-o", ".venv/.setup-done", "-n", "ab-b200", "RUN_ID=r",
-            "PREFLIGHT_DONE=1"]  # fmt: skip
-    dry = subprocess.run(
-        [*make, "ARMS=triton cutedsl"], cwd=REPO, capture_output=True, text=True, env=dict(os.environ)
+    log, fake = tmp_path / "calls.log", tmp_path / "ansible-playbook"  # logs what each step's facts file says
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\nargs = sys.argv[1:]\n"
+        "values = [json.load(open(args[i + 1][1:])) for i, a in enumerate(args) if a == '-e' and"
+        " args[i + 1].startswith('@')][0]\n"
+        f"open({str(log)!r}, 'a').write(json.dumps([values['kdakit_arm'],"
+        " values.get('kdakit_bench_protocol'), values.get('kdakit_gsm8k_protocol')]) + '\\n')\n"
     )
-    assert "for arm in triton cutedsl;" in dry.stdout, dry.stderr
-    assert "-e kdakit_bench_protocol=cutedsl-pr -e kdakit_gsm8k_protocol=full" in dry.stdout
-    assert 'load_protocols()["cutedsl-pr"]' in dry.stdout
-    chosen = subprocess.run([*make, "ARMS=triton cutedsl", "GSM8K_PROTOCOL=full-lm-eval"], cwd=REPO,
-                            capture_output=True, text=True, env=dict(os.environ))  # fmt: skip
-    assert "-e kdakit_gsm8k_protocol=full-lm-eval" in chosen.stdout
-    plain = subprocess.run(make, cwd=REPO, capture_output=True, text=True, env=dict(os.environ))
-    assert "kdakit_bench_protocol" not in plain.stdout and "kdakit_gsm8k_protocol" not in plain.stdout
+    fake.chmod(0o755)
+
+    def steps(*more: str) -> set[tuple]:
+        log.unlink(missing_ok=True)
+        make = ["make", "--no-print-directory", "-o", ".venv/.setup-done", "ab-b200", "RUN_ID=r",
+                "PREFLIGHT_DONE=1", f"ANSIBLE_PLAYBOOK={fake}", f"RESULTS={tmp_path / 'results'}",
+                *more]  # fmt: skip
+        proc = subprocess.run(
+            make, cwd=REPO, capture_output=True, text=True, env=dict(os.environ), timeout=120
+        )
+        assert log.exists(), proc.stdout + proc.stderr
+        return {tuple(json.loads(line)) for line in log.read_text().splitlines()}
+
+    assert steps("ARMS=triton cutedsl") == {
+        ("triton", "cutedsl-pr", "full"),
+        ("cutedsl", "cutedsl-pr", "full"),
+    }
+    chosen = steps("ARMS=triton cutedsl", "GSM8K_PROTOCOL=full-lm-eval")
+    assert chosen == {(arm, "cutedsl-pr", "full-lm-eval") for arm in ("triton", "cutedsl")}
 
 
 def _record(arm: str, runs: dict, created: str) -> dict:
@@ -94,8 +106,8 @@ def _record(arm: str, runs: dict, created: str) -> dict:
              "median_total_throughput": results.median([r[0] * 9 for r in values]), "accept_length": 5.0}
         )  # fmt: skip
     metrics = {"dataset": "random-ids", "backend": "sglang", "runs_per_point": 3, "points": points,
-               "protocol_definition": serving.protocol_definition(serving.load_protocols()["cutedsl-pr"],
-                                                                  serving.PROTOCOLS_FILE)}  # fmt: skip
+               "protocol_definition": protocols.protocol_definition(protocols.load_protocols()["cutedsl-pr"],
+                                                                  protocols.PROTOCOLS_FILE)}  # fmt: skip
     record = results.new_record("serving", run_id="r003", host="b1", sku="b200", arm=arm,
                                 protocol="cutedsl-pr", metrics=metrics, provenance=PROVENANCE)  # fmt: skip
     record["created"] = created

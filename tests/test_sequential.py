@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from kdakit.bench.serving import PROTOCOLS_FILE, load_protocols, protocol_definition
 
 from kdakit.facts.errors import UsageError
+from kdakit.facts.protocols import PROTOCOLS_FILE, load_protocols, protocol_definition
 from kdakit.records import results, sequential
 
 PROVENANCE = {"kdakit_version": "test", "git_sha": None, "image_id": None, "pins": {}, "gpus": [],

@@ -56,7 +56,12 @@ def test_a_fake_sku_is_registered_and_planned(registry):
     plan = _kdakit("plan", "--sku", "x100", "--arm", "helion", env=registry)
     assert plan.returncode == 0, plan.stderr
     assert "--kv-cache-dtype fp8_e4m3" in plan.stdout and "CUDA_VISIBLE_DEVICES=0,1" in plan.stdout
-    assert profiles.sku_of_gpu("NVIDIA X100").configs == "x100"
+    assert (
+        profiles.sku_of_gpus(["NVIDIA X100", "NVIDIA X100"]) == "x100"
+        and profiles.configs_of("x100") == "x100"
+    )
+    assert profiles.sku_of_gpus(["NVIDIA A100-SXM4-80GB"]) == "a100-sxm4-80gb"
+    assert profiles.sku_of_gpus(["NVIDIA X100", "NVIDIA H200"]) == profiles.sku_of_gpus([]) == "unknown"
 
 
 def test_unknown_skus_are_refused_in_one_line(registry):
@@ -74,7 +79,9 @@ def test_make_targets_follow_the_registry(registry):
     for target in ("deploy-x100", "ab-x100", "image"):
         dry = _make("-n", target, "SKU=x100", "RUN_ID=r", env=registry)
         assert dry.returncode == 0, dry.stderr
-    assert "kdakit_hosts=b200:h200:x100" in _make("-n", "bench", "RUN_ID=r", env=registry).stdout
+    assert "kdakit run step bench" in _make("-n", "bench", "RUN_ID=r", env=registry).stdout
+    hosts = _kdakit("run", "step", "bench", "--print-hosts", env=registry)
+    assert hosts.stdout.strip() == "b200:h200:x100", hosts.stderr
     refused = _make("-n", "deploy-x200", env=registry)
     assert refused.returncode != 0 and "no SKU 'x200': the SKUs are b200 h200 x100" in refused.stderr
 
@@ -117,7 +124,7 @@ CODE_GLOBS = (
     "playbooks/group_vars/*.yml",
     "playbooks/roles/*/*/*.yml",
 )
-PYTHON_DIRS = ("kdakit", "kernels", "bench", "evals")
+PYTHON_DIRS = ("kdakit", "kernels", "bench", "evals", "slurm")
 
 
 def sku_spellings(root: Path = REPO, names: list[str] | None = None) -> list[str]:
@@ -193,7 +200,12 @@ def ab_spellings(root: Path = REPO, pair: tuple[str, str] | None = None) -> list
 def test_make_and_the_report_take_the_ab_pair_from_arms_toml():
     assert ab_spellings() == []
     dry = _make("-n", "ab-h200", "RUN_ID=r", "PREFLIGHT_DONE=1", env=dict(os.environ))
-    assert "for arm in triton helion;" in dry.stdout, dry.stderr
+    assert "kdakit run ab" in dry.stdout and "--arms" not in dry.stdout, (
+        dry.stderr
+    )  # kdakit run reads arms.toml
+    assert (
+        '--arms "helion triton"' in _make("-n", "ab-h200", "ARMS=helion triton", env=dict(os.environ)).stdout
+    )
 
 
 @pytest.mark.parametrize(

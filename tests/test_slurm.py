@@ -5,20 +5,22 @@ and per-node outcomes. tests/test_playbooks_cluster.py runs it on a real slurmct
 from __future__ import annotations
 
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from kdakit.slurm import allocation, jobs, run, script, settings, timing
 
 from kdakit.facts.errors import UsageError
-from kdakit.slurm import jobs, run, script, settings
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _visit(tmp_path, **kw) -> script.Visit:
-    base = dict(run_id="r1", arm="helion", sku="h200", run_dir=tmp_path / "results" / "r1",
-                steps=("deploy", "eval-gsm8k", "bench"))  # fmt: skip
+    """The A/B's allocation (no steps) unless steps are given (a held server: deploy, hold)."""
+    base = dict(run_id="r1", arm="triton", sku="h200", run_dir=tmp_path / "results" / "r1",
+                arms=("triton", "helion"))  # fmt: skip
     return script.Visit(**{**base, **kw})
 
 
@@ -75,75 +77,124 @@ def test_settings_example_file_loads_and_names_every_setting():
 
 
 def test_docker_script_options_and_syntax(tmp_path):
-    s = settings.load(None, ["partition=gpu", "account=ops", "nodes=2", "bench_dataset=random"])
-    text = script.render(s, _visit(tmp_path, nodelist="h[1-2]"))
+    s = settings.load(None, ["partition=gpu", "account=ops", "nodes=2", "nodelist=h[1-2]",
+                             "bench_dataset=random",
+                             "schedule_memory=true"])  # fmt: skip
+    text = script.render(s, _visit(tmp_path))
     lines = text.splitlines()
     sbatch = [line.removeprefix("#SBATCH ") for line in lines if line.startswith("#SBATCH ")]
-    assert sbatch[:5] == ["--job-name=kdakit-r1-helion-v1", "--nodes=2", "--ntasks-per-node=1",
-                          "--gpus-per-node=4", "--exclusive"]  # fmt: skip
-    for want in ("--partition=gpu", "--account=ops", "--nodelist=h[1-2]", "--no-requeue"):
+    assert sbatch[:6] == ["--job-name=kdakit-r1-ab", "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=4",
+                          "--exclusive", "--mem=0"]  # fmt: skip
+    for want in (
+        "--partition=gpu",
+        "--account=ops",
+        "--nodelist=h[1-2]",
+        "--no-requeue",
+        "--signal=B:TERM@180",
+    ):
         assert want in sbatch
-    assert f"--output={tmp_path}/results/r1/slurm/kdakit-r1-helion-v1-%j.out" in sbatch
-    # the server: kdakit serve for the SKU and arm, at the profile's port, from the kit's image
-    assert "SERVER_ARGS=(serve --sku h200 --arm helion --port 30000 --results /results)" in lines
-    assert "URL=http://127.0.0.1:30000" in lines
+    assert f"--output={tmp_path}/results/r1/slurm/kdakit-r1-ab-%j.out" in sbatch
+    # the batch step only holds the allocation until the controller releases it; its TERM trap stops the steps
+    assert "trap on_batch_signal TERM INT HUP" in text and 'scancel --signal=TERM "$SLURM_JOB_ID"' in text
+    assert "exec srun" not in text
+    # the server: kdakit serve for the SKU and the step's arm, at the profile's port, on the allocated GPUs
+    assert "SERVER_ARGS=(serve --sku h200 --arm '{arm}' --port 30000 --results /results)" in lines
+    assert 'SERVER_ARGS=("${SERVER_ARGS[@]//\\{arm\\}/$ARM}")' in text
+    assert "URL=http://127.0.0.1:30000" in lines and "GPU_COUNT=4" in lines
+    assert "ALLOCATED_GPUS=${SLURM_STEP_GPUS:-${SLURM_JOB_GPUS:-}}" in lines
+    assert 'GPU_FLAGS=(--gpus "\\"device=$ALLOCATED_GPUS\\"")' in text and "--gpus all" not in text
     assert '"$DOCKER" run -d --name "$SERVER"' in text and "--container-image" not in text
-    assert "trap on_exit EXIT" in text and '"$DOCKER" rm -f "$SERVER"' in text
+    # graceful stop, then the log and inspect through the key filter
+    assert '"$DOCKER" stop --time "$STOP_GRACE_S" "$SERVER"' in text
+    assert '"$DOCKER" logs --timestamps "$SERVER" 2>&1 | scrubbed >' in text
+    assert '"$DOCKER" container inspect "$SERVER" 2>/dev/null | scrubbed >' in text
+    assert "trap on_exit EXIT" in text and "umask 027" in lines
     assert "BENCH_ARGS=(--protocol pr --dataset random-ids)" in lines
     _bash_syntax_ok(text, tmp_path)
 
 
-def test_time_limit_comes_from_the_protocols_bounds(tmp_path):
-    """Readiness wait + every GSM8K run + every bench client run (with warm-up) at their run_timeout_s +
-    margin, read here straight from the protocol files."""
-    bench = tomllib.loads((REPO / "bench" / "protocols.toml").read_text())["protocol"]["pr"]
-    gsm8k = tomllib.loads((REPO / "evals" / "protocols.toml").read_text())["protocol"]["pr"]
+def test_nodes_and_nodelist_must_agree():
+    for overrides in (["nodelist=gpu[01-02]"], ["extra_sbatch=--nodelist=gpu[01-03]", "nodes=2"]):
+        with pytest.raises(UsageError, match=r"slurm: nodes = \d but nodelist gpu\[01-0\d\] names \d node"):
+            timing.check_nodes(settings.load(None, overrides))
+    timing.check_nodes(settings.load(None, ["nodes=3", "nodelist=gpu[01-02],cpu7"]))
+    assert timing.expand_nodelist("gpu[08-10,12],cpu7") == ["gpu08", "gpu09", "gpu10", "gpu12", "cpu7"]
+
+
+def test_time_limit_is_the_expected_duration_with_margin_lead_and_cap(tmp_path):
+    """Every visit of both arms at the site's rates (GSM8K on the first visit only), x (1 + margin), plus the
+    signal lead; capped at max_time; time_limit replaces it; a partition whose MaxTime is smaller refuses."""
+    from kdakit.facts.gsm8k_protocols import load_protocols as gsm8k_protocols
+    from kdakit.facts.protocols import PROTOCOLS_FILE, load_protocols
+
     s = settings.SlurmSettings()
-    want = (
-        s.server_ready_timeout_s
-        + gsm8k["runs"] * gsm8k["run_timeout_s"]
-        + len(bench["points"]) * (bench["runs"] + int(bench["warmup"])) * bench["run_timeout_s"]
-        + script.MARGIN_S
+    bench, gsm8k = load_protocols()["rigorous"], gsm8k_protocols()[1]["pr"]
+    visits = tomllib.loads(PROTOCOLS_FILE.read_text())["protocol"]["rigorous"]["repeats"]
+    per_run = sum(
+        -(-p.num_prompts // p.concurrency)
+        * (p.concurrency * p.input_len / s.expected_prefill_tok_s + p.output_len / s.expected_decode_tok_s)
+        for p in bench.points
     )
-    minutes = int(-(-want // 60))
-    text = script.render(s, _visit(tmp_path))
-    assert f"#SBATCH --time={minutes // 1440}-{minutes % 1440 // 60:02d}:{minutes % 60:02d}:00" in text
-    assert "#SBATCH --time=0:30:00" in script.render(
-        settings.load(None, ["time_limit=0:30:00"]), _visit(tmp_path)
+    visit_s = s.expected_ready_s + s.stop_grace_s + (bench.runs + 1) * per_run
+    gsm8k_s = gsm8k.runs * -(-gsm8k.limit // gsm8k.num_concurrent) * s.expected_answer_tokens / 40.0
+    expected = 2 * visits * visit_s + 2 * gsm8k_s
+    want = timing.slurm_time(expected * 1.5 + 180)
+    visit = _visit(tmp_path, visits=visits, bench_protocol="rigorous")
+    text = script.render(s, visit)
+    assert f"#SBATCH --time={want}" in text
+    assert (
+        f"x 2 arms (rigorous) expected {timing.slurm_time(expected)} + 50% margin + 180 s signal lead" in text
     )
+    capped = script.render(settings.load(None, ["max_time=12:00:00"]), visit)
+    assert "#SBATCH --time=0-12:00:00" in capped and "capped at the site's max_time 12:00:00" in capped
+    assert "#SBATCH --time=0:30:00" in script.render(settings.load(None, ["time_limit=0:30:00"]), visit)
+    timing.check_partition_limit("0-20:00:00", "gpu", "1-00:00:00")  # fits
+    with pytest.raises(
+        UsageError, match=r"asks --time=2-00:00:00 but partition gpu allows at most 1-00:00:00: "
+    ):
+        timing.check_partition_limit("2-00:00:00", "gpu", "1-00:00:00")
+    with pytest.raises(UsageError, match="allows at most 4:00:00"):
+        timing.check_partition_limit("0-20:00:00", "gpu", "4:00:00")
+    timing.check_partition_limit("9-00:00:00", "gpu", "UNLIMITED")
     assert script.slurm_time(61) == "0-00:02:00" and script.slurm_time(86400) == "1-00:00:00"
+    assert timing.parse_slurm_time("1-02:03:04") == 93784 and timing.parse_slurm_time("30") == 1800
 
 
 def test_pyxis_script_runs_the_node_part_inside_the_squashfs(tmp_path):
     """The pyxis path cannot run here: its script is checked for pyxis's srun flags and bash syntax."""
-    s = settings.load(
-        None, ["runtime=pyxis", "squashfs=/shared/kdakit-h200.sqsh", "mounts=/scratch:/scratch"]
-    )
-    visit = _visit(tmp_path)
+    s = settings.load(None, ["runtime=pyxis", "squashfs=/shared/kdakit-h200.sqsh", "mounts=/scratch:/scratch",
+                             "cache_dir=/local/kdakit-cache"])  # fmt: skip
+    visit = _visit(tmp_path, steps=("deploy", "hold"), arm="helion")
     text = script.render(s, visit)
     (srun,) = [line for line in text.splitlines() if line.strip().startswith("exec srun")]
-    assert "--container-image=/shared/kdakit-h200.sqsh" in srun
+    assert "--container-image=/shared/kdakit-h200.sqsh" in srun and "--container-writable" in srun
     assert srun.split("--container-mounts=")[1].split()[0].split(",") == [
         f"{visit.run_dir}:{visit.run_dir}",
         "/data/models/GLM-5.3-Flash:/models/GLM-5.3-Flash:ro",
         "/data/datasets/ShareGPT_V3_unfiltered_cleaned_split.json:/data/sharegpt.json:ro",
+        "/local/kdakit-cache:/kdakit-cache",
         "/scratch:/scratch",
     ]
     assert "--container-name=kdakit-$SLURM_JOB_ID" in srun
-    assert srun.endswith(f"bash {visit.script_path} node deploy eval-gsm8k bench")
+    assert srun.endswith(f"bash {visit.script_path} node helion 1 deploy hold")
     assert "$DOCKER" not in text and "docker run" not in text
-    # inside the image: kdakit serve as a process beside the steps, the same readiness wait by PID
-    assert "SERVER_ARGS=(serve --sku h200 --arm helion --port 30000 --results '$OUT')" in text
-    assert '"${SERVER_ENTRYPOINT[@]}" "${SERVER_ARGS[@]}"' in text
+    # inside the image: kdakit serve as a process beside the steps, its log through the key filter
+    assert "SERVER_ARGS=(serve --sku h200 --arm '{arm}' --port 30000 --results '$OUT')" in text
+    server = 'env "${SERVER_ENV[@]}" "${SERVER_ENTRYPOINT[@]}" "${SERVER_ARGS[@]}" \\\n    > >(scrubbed >>'
+    assert server in text
     assert '--pid "$(cat "$SERVER_PID_FILE")"' in text
+    assert "CACHE_DIR=/kdakit-cache" in text and "HELION_CACHE_DIR=$CACHE_DIR/helion" in text
+    assert 'kill -TERM "$pid"' in text and 'kill -KILL "$pid"' in text
     _bash_syntax_ok(text, tmp_path)
+    with pytest.raises(UsageError, match="pyxis needs a writable Triton/Helion cache"):
+        settings.load(None, ["runtime=pyxis", "squashfs=/s.sqsh", "container_writable=false"])
 
 
 def test_pyxis_server_results_path_expands_on_the_node(tmp_path):
     """'$OUT' is single-quoted in the array: it must expand when the server starts, not when rendered."""
     s = settings.load(None, ["runtime=pyxis", "squashfs=/s.sqsh"])
     text = script.render(s, _visit(tmp_path))
-    assert "SERVER_ARGS=(serve --sku h200 --arm helion --port 30000 --results '$OUT')" in text
+    assert "SERVER_ARGS=(serve --sku h200 --arm '{arm}' --port 30000 --results '$OUT')" in text
     assert 'SERVER_ARGS=("${SERVER_ARGS[@]//\\$OUT/$OUT}")' in text
 
 
@@ -323,7 +374,8 @@ def test_a_visit_that_never_left_the_queue_is_recorded_for_the_scheduler(tmp_pat
     ctx = run.Context(settings.SlurmSettings(), _slurm(FakeSlurm([_job("PENDING")])), tmp_path, "r1", "h200",
                       say=lambda _: None)  # fmt: skip
     end = jobs.JobEnd("7", "PENDING", "job 7 still pending after 30 s (Slurm's reason: Resources); cancelled")
-    ok = run.finish_visit(ctx, _visit(tmp_path, run_dir=tmp_path / "r1"), "7", end, ("collect", "teardown"))
+    visit = _visit(tmp_path, run_dir=tmp_path / "r1", arm="helion", steps=("deploy", "hold"))
+    ok = run.finish_visit(ctx, visit, "7", end, ("collect", "teardown"))
     assert not ok
     rows, all_ok = run.provenance.rollup(tmp_path / "r1")
     assert not all_ok
@@ -339,12 +391,12 @@ def test_a_single_step_joins_the_held_job_and_its_container(tmp_path):
         s, _slurm(FakeSlurm([_job("RUNNING")])), tmp_path, "r1", "h200", dry_run=True, say=said.append
     )
     run.prepare(ctx)
-    run.held_path(ctx, "helion").write_text('{"job_id": "7", "script": "/shared/r1/slurm/held.sbatch"}\n')
+    run.held_path(ctx, "helion").write_text('{"job_id": "7"}\n')
     assert run.step(ctx, "helion", "bench", "pr")
     (srun,) = said
     assert srun.startswith("srun --jobid=7 --overlap --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=0 ")
     assert "--container-image=/shared/k.sqsh" in srun and "--container-name=kdakit-7" in srun
-    assert srun.endswith("bash /shared/r1/slurm/held.sbatch node bench")
+    assert srun.endswith(f"bash {tmp_path}/r1/slurm/kdakit-r1-helion-held.sbatch node helion 1 bench")
     # no held job: one line that says what to run first
     with pytest.raises(
         UsageError, match="no held job for arm triton in run r1 .*: run make deploy-<sku> first"
@@ -352,70 +404,109 @@ def test_a_single_step_joins_the_held_job_and_its_container(tmp_path):
         run.step(ctx, "triton", "bench", "pr")
 
 
-class FakeCluster(FakeSlurm):
-    """sbatch hands out job ids 11, 12, ...; every job runs on h[1-2] and completes."""
+REAL_RUN = subprocess.run
 
-    def __init__(self):
+
+class FakeCluster(FakeSlurm):
+    """sbatch hands out job ids 11, 12, ...; every job runs on h[1-2] until released; a job step (srun) of
+    it runs the node part's steps as `ok` on both nodes."""
+
+    def __init__(self, results: Path):
         super().__init__([])
-        self.next_id, self.submitted = 11, []
+        self.next_id, self.submitted, self.sruns, self.results = 11, [], [], results
 
     def __call__(self, argv):
+        if argv[0] == "sbatch":
+            self.calls.append(argv)
         if argv[0] == "sbatch" and "--parsable" in argv:
             self.submitted.append(argv[-1])
             self.next_id += 1
             return subprocess.CompletedProcess(argv, 0, f"{self.next_id - 1}\n", "")
         if argv[0] == "sbatch":
             return subprocess.CompletedProcess(argv, 0, "slurm 22.05.8\n", "sbatch: Job 3 to start at now")
+        if argv[:3] == ["scontrol", "show", "partition"]:
+            return subprocess.CompletedProcess(
+                argv, 0, "PartitionName=gpu Default=YES MaxTime=3-00:00:00\n", ""
+            )
         if argv[:3] == ["scontrol", "show", "job"]:
-            self.job_lines = [_job("COMPLETED", JobId=argv[-1])]
+            job = argv[-1]
+            released = (self.results / "r1" / "slurm" / "state" / f"release-{job}").exists()
+            self.job_lines = [_job("COMPLETED" if released else "RUNNING", JobId=job)]
         return super().__call__(argv)
 
+    def srun(self, argv, **kw):
+        if argv[0] != "srun":
+            return REAL_RUN(argv, **kw)
+        self.sruns.append(argv)
+        job, steps = argv[1].removeprefix("--jobid="), argv[argv.index("node") + 3 :]
+        for node in ("h1", "h2"):
+            status = self.results / "r1" / "slurm" / "steps" / job / f"{node}.tsv"
+            status.parent.mkdir(parents=True, exist_ok=True)
+            (self.results / "r1" / node / argv[argv.index("node") + 1]).mkdir(parents=True, exist_ok=True)
+            with status.open("a") as f:
+                for step in steps:
+                    f.write(f"{step}\tstarted\t\n" + (f"{step}\tok\t\n"))
+                f.write("server\tstopped\t\n")
+        return subprocess.CompletedProcess(argv, 0)
 
-def test_rigorous_visits_interleave_on_the_first_allocations_nodes(tmp_path):
-    fake = FakeCluster()
+
+def test_an_ab_is_one_allocation_and_every_visit_a_job_step_on_its_nodes(tmp_path, monkeypatch):
+    """rigorous: one sbatch; each arm's visit a job step of it (triton, helion, triton, ...) on the same
+    nodes, GSM8K on the first visit only; then the allocation is released and everything recorded ok."""
+    from kdakit.records.paths import RunContext
+    from kdakit.run import loop
+
+    fake = FakeCluster(tmp_path)
+    monkeypatch.setattr(subprocess, "run", fake.srun)
     ctx = run.Context(settings.SlurmSettings(), _slurm(fake), tmp_path, "r1", "h200", say=lambda _: None)
-    run.ab(ctx, ["triton", "helion"], "rigorous")
-    repeats = tomllib.loads((REPO / "bench" / "protocols.toml").read_text())["protocol"]["rigorous"][
-        "repeats"
+    plan = loop.plan_of("rigorous")
+    rc = loop.run_ab(RunContext(tmp_path, "r1", sku="h200"), ["triton", "helion"], plan,
+                     allocation.SlurmAllocation(ctx), say=lambda _: None)  # fmt: skip
+    assert rc == 0
+    assert [Path(p).name for p in fake.submitted] == ["kdakit-r1-ab.sbatch"]
+    assert ["sbatch", "--test-only", fake.submitted[0]] in fake.calls
+    visits = [(a[a.index("node") + 1], a[a.index("node") + 2], a[a.index("node") + 3 :]) for a in fake.sruns]
+    assert visits == [
+        (arm, str(k), ["deploy", "eval-gsm8k", "bench"] if k == 1 else ["deploy", "bench"])
+        for k in range(1, plan.visits + 1)
+        for arm in ("triton", "helion")
     ]
-    names = [Path(p).name for p in fake.submitted]
-    assert names == [
-        f"kdakit-r1-{arm}-v{k}.sbatch" for k in range(1, repeats + 1) for arm in ("triton", "helion")
-    ]
-    for i, path in enumerate(map(Path, fake.submitted)):
-        text = path.read_text()
-        first = path.name.endswith("-v1.sbatch")
-        # every job after the first runs on the first allocation's nodes
-        assert ("#SBATCH --nodelist=h[1-2]" in text) == (i > 0), path.name
-        steps = text.split(f"bash {path} node ", 1)[1].splitlines()[0]
-        assert steps == ("deploy eval-gsm8k bench" if first else "deploy bench"), path.name
+    assert all(a[1:4] == ["--jobid=11", "--overlap", "--nodes=2"] for a in fake.sruns)
+    assert (tmp_path / "r1" / "slurm" / "state" / "release-11").exists()  # the allocation was released
+    rows, all_ok = run.provenance.rollup(tmp_path / "r1")
+    assert all_ok and {(r[0], r[1]) for r in rows} == {
+        (n, a) for n in ("h1", "h2") for a in ("triton", "helion")
+    }
+    prov = __import__("json").loads((tmp_path / "r1" / "h1" / "helion" / "provenance.json").read_text())
+    assert [j["job_id"] for j in prov["slurm_jobs"]] == ["11"] and prov["slurm"]["visit"] == plan.visits
 
 
-def test_a_sequential_protocol_visits_until_the_stopping_rule_says_stop(tmp_path, monkeypatch):
-    """BENCH_PROTOCOL=decisive as Slurm jobs: after each visit of both arms the stopping rule reads the run's
-    records; the jobs stop when it says stop (here after visit 2), not after the protocol's max_visits."""
-    from kdakit.records import sequential
+def test_an_ab_on_a_partition_too_short_is_refused_before_sbatch(tmp_path):
+    from kdakit.facts.errors import UsageError as Usage
+    from kdakit.records.paths import RunContext
+    from kdakit.run import loop
 
-    asked = []
+    class Short(FakeCluster):
+        def __call__(self, argv):
+            if argv[:3] == ["scontrol", "show", "partition"]:
+                return subprocess.CompletedProcess(
+                    argv, 0, "PartitionName=gpu Default=YES MaxTime=04:00:00\n", ""
+                )
+            return super().__call__(argv)
 
-    def decide(run_dir, protocol, *, elapsed_s=None):
-        asked.append((run_dir, protocol))
-        done = len(asked) == 2
-        return sequential.Decision(stop=done, visits=len(asked), reason=f"after {len(asked)}: stop={done}")
-
-    monkeypatch.setattr(sequential, "decide", decide)
-    fake, said = FakeCluster(), []
-    ctx = run.Context(settings.SlurmSettings(), _slurm(fake), tmp_path, "r1", "h200", say=said.append)
-    run.ab(ctx, ["triton", "helion"], "decisive")
-    names = [Path(p).name for p in fake.submitted]
-    assert names == [f"kdakit-r1-{arm}-v{k}.sbatch" for k in (1, 2) for arm in ("triton", "helion")]
-    assert asked == [(ctx.run_dir, "decisive")] * 2
-    assert "== slurm after visit 2: after 2: stop=True" in said
+    fake = Short(tmp_path)
+    ctx = run.Context(settings.SlurmSettings(), _slurm(fake), tmp_path, "r1", "h200", say=lambda _: None)
+    with pytest.raises(
+        Usage, match=r"^slurm: the run asks --time=\S+ but partition gpu allows at most 04:00:00"
+    ):
+        loop.run_ab(RunContext(tmp_path, "r1", sku="h200"), ["triton", "helion"], loop.plan_of("rigorous"),
+                    allocation.SlurmAllocation(ctx), say=lambda _: None)  # fmt: skip
+    assert fake.submitted == []
 
 
 def test_the_readiness_wait_follows_a_process_on_pyxis():
     """wait_ready.py --pid: a server process that exits fails the wait at once, with its one line."""
-    wait_ready = REPO / "playbooks" / "roles" / "server" / "files" / "wait_ready.py"
+    wait_ready = REPO / "kdakit" / "launch" / "wait_ready.py"
     dead = subprocess.Popen(["sleep", "0"])
     dead.wait()
     argv = ["python3", str(wait_ready), "--url", "http://127.0.0.1:9/health"]
@@ -465,75 +556,145 @@ def test_teardown_cancels_the_runs_jobs_and_checks_each_server_stopped(tmp_path)
 FAKE_DOCKER = """#!/bin/bash
 echo "$*" >> "$(dirname "$0")/docker.log"
 case "$1 $2" in "image inspect") echo sha256:fake ;; esac
-[ "$1" = logs ] && { sleep 1; echo "server log"; }
+[ "$1" = logs ] && { sleep 1; echo "server log, started with --api-key $PLANTED_KEY"; }
+[ "$1 $2" = "container inspect" ] && echo "[{\\"Config\\": {\\"Env\\": [\\"OPENAI_API_KEY=$PLANTED_KEY\\"]}}]"
 exit 0
 """
 
 
-def _node_part_held(tmp_path, docker_text: str, job_id: str, env_lines: str | None = None):
-    """The node part of a deploy + hold visit under a stand-in docker, started and waited for until it
-    holds: (process, visit, status file)."""
+def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
+    """Slurm sends SIGTERM to a step more than once (slurmstepd, then srun): the second one lands during the
+    cleanup, which must still stop the server gracefully and keep its log and inspect, the run's keys
+    replaced before they reach a file (0640, in a 0700 folder)."""
     import os
+    import signal
     import time
 
+    from kdakit.launch import access
+
     docker = tmp_path / "docker"
-    docker.write_text(docker_text)
+    docker.write_text(FAKE_DOCKER)
     docker.chmod(0o755)
-    s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "server_command=--port,30000"])
-    visit = _visit(tmp_path, steps=("deploy", "hold"))
-    visit.script_path.parent.mkdir(parents=True)
+    s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "server_command=--port,30000",
+                             "use_gpus=false"])  # fmt: skip
+    visit = _visit(tmp_path, steps=("deploy", "hold"), arm="helion")
+    ctx = run.Context(s, _slurm(FakeSlurm([_job("RUNNING")])), tmp_path / "results", "r1", "h200")
+    run.prepare(ctx)
+    keys = run.run_secrets(ctx)
     visit.script_path.write_text(script.render(s, visit))
     visit.wait_ready.write_text("print('ready')\n")  # stands in for the readiness wait
-    if env_lines is not None:
-        visit.env_file.parent.mkdir(parents=True, exist_ok=True)
-        visit.env_file.write_text(env_lines)
-    env = {**os.environ, "SLURM_JOB_ID": job_id, "SLURMD_NODENAME": "n1"}
-    proc = subprocess.Popen(["bash", str(visit.script_path), "node", "deploy", "hold"], env=env)
-    status = visit.run_dir / "slurm" / "steps" / job_id / "n1.tsv"
+    env = {**os.environ, "SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1", "PLANTED_KEY": keys[0]}
+    proc = subprocess.Popen(
+        ["bash", str(visit.script_path), "node", "helion", "1", "deploy", "hold"], env=env
+    )
+    status = visit.run_dir / "slurm" / "steps" / "5" / "n1.tsv"
     deadline = time.monotonic() + 20
     while "hold\tstarted" not in (status.read_text() if status.exists() else ""):
         assert time.monotonic() < deadline and proc.poll() is None, "the node part never reached hold"
         time.sleep(0.1)
-    return proc, visit, status
-
-
-def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
-    """Slurm sends SIGTERM to a step more than once (slurmstepd, then srun): the second one lands during the
-    cleanup, which must still remove the server (the time-limit case on the real cluster)."""
-    import signal
-    import time
-
-    proc, visit, status = _node_part_held(tmp_path, FAKE_DOCKER, "5")
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)  # the cleanup is fetching the server's log now
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 143
     calls = (tmp_path / "docker.log").read_text().splitlines()
-    assert "rm -f kdakit-sglang-5" in calls, calls
-    assert status.read_text().splitlines()[-1] == "server\tstopped\t"
-    assert "server log" in (visit.run_dir / "n1" / "helion" / "diag" / "kdakit-sglang.log").read_text()
-
-
-def test_the_node_trap_writes_the_servers_diagnostics_without_the_run_keys(tmp_path):
-    """The exit trap's server log and inspect output (SGLang's start-up log and the container's env hold the
-    run's keys) are scrubbed on the way to their files: the keys never reach them, the files are 0640 in a
-    0700 diag folder."""
-    import signal
-
-    api, admin = "sk-run-key-0123456789", "adm-run-key-9876543210"
-    stand_in = FAKE_DOCKER.replace('echo "server log"', f'echo "server log --api-key {api}"').replace(
-        "exit 0",
-        f'[ "$1 $2" = "container inspect" ] && echo \'{{"Env": ["KDAKIT_ADMIN_API_KEY={admin}"]}}\'\nexit 0',
+    assert "stop --time 60 kdakit-sglang-5" in calls and "rm -f kdakit-sglang-5" in calls, calls
+    assert calls.index("stop --time 60 kdakit-sglang-5") < len(calls) - 1 - calls[::-1].index(
+        "rm -f kdakit-sglang-5"
     )
-    keys = f"OPENAI_API_KEY={api}\nKDAKIT_ADMIN_API_KEY={admin}\n"
-    proc, visit, _status = _node_part_held(tmp_path, stand_in, "6", env_lines=keys)
+    assert status.read_text().splitlines()[-1] == "server\tstopped\t"
+    diag = visit.run_dir / "n1" / "helion" / "diag"
+    log = (diag / "kdakit-sglang.log").read_text()
+    assert "server log, started with --api-key " + access.REDACTED in log
+    assert access.REDACTED in (diag / "kdakit-sglang.inspect.json").read_text()
+    for path in visit.run_dir.rglob("*"):
+        if path.is_file() and "state" not in path.parts:
+            assert not any(k.encode() in path.read_bytes() for k in keys), f"a run key leaked into {path}"
+    assert diag.stat().st_mode & 0o777 == 0o700
+    assert (diag / "kdakit-sglang.log").stat().st_mode & 0o777 == 0o640
+
+
+FAKE_SLURM_BIN = {
+    "scancel": 'echo "scancel $*" >> "$CALLS"\n',
+    "squeue": 'echo "squeue $*" >> "$CALLS"\necho "$SLURM_JOB_ID.batch"\n',
+    "srun": 'echo "srun $*" >> "$CALLS"\n',
+    "timeout": 'shift\nexec "$@"\n',
+}
+
+
+def _allocation_batch(tmp_path, s):
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in FAKE_SLURM_BIN.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    visit = _visit(tmp_path)
+    (visit.slurm_dir / "state").mkdir(parents=True, exist_ok=True)
+    visit.script_path.write_text(script.render(s, visit))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "9",
+           "SLURM_JOB_NODELIST": "h[1-2]", "SLURM_JOB_NUM_NODES": "2",
+           "CALLS": str(tmp_path / "calls")}  # fmt: skip
+    return visit, subprocess.Popen(["bash", str(visit.script_path)], env=env)
+
+
+def test_the_allocation_holds_until_released_and_its_term_trap_stops_every_node(tmp_path):
+    """The batch step of an A/B holds the nodes until the controller's release file appears (the job then
+    COMPLETES); at the signal lead it passes TERM to the visit steps and removes what is left on each node."""
+    import signal
+    import time
+
+    s = settings.load(None, ["stop_grace_s=1", "signal_lead_s=40"])
+    visit, proc = _allocation_batch(tmp_path, s)
+    time.sleep(1)
+    assert proc.poll() is None, "the batch step must hold the allocation"
+    visit.release_file("9").touch()
+    assert proc.wait(timeout=10) == 0 and not visit.release_file("9").exists()
+
+    (tmp_path / "bin").rename(tmp_path / "bin-1")
+    (tmp_path / "calls").unlink(missing_ok=True)
+    visit, proc = _allocation_batch(tmp_path, s)
+    time.sleep(1)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 143
-    diag = visit.run_dir / "n1" / "helion" / "diag"
-    assert diag.stat().st_mode & 0o777 == 0o700
-    log, inspect = diag / "kdakit-sglang.log", diag / "kdakit-sglang.inspect.json"
-    assert "server log --api-key <redacted>" in log.read_text()
-    assert "KDAKIT_ADMIN_API_KEY=<redacted>" in inspect.read_text()
-    for path in diag.iterdir():
-        assert api not in path.read_text() and admin not in path.read_text(), path
-    assert log.stat().st_mode & 0o777 == 0o640 and inspect.stat().st_mode & 0o777 == 0o640
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0] == "scancel --signal=TERM 9"
+    assert calls[-1].startswith("srun --overlap --nodes=2 --ntasks-per-node=1 ") and calls[-1].endswith(
+        " stop"
+    )
+
+
+def test_a_published_ab_on_slurm_runs_its_protocols_and_its_servers_environment(tmp_path):
+    """The CuTe-verify PR's A/B (arms triton, cutedsl) on Slurm: GSM8K as that PR ran it (`full`), its serving
+    protocol, and the protocol's server environment (the simulated accept length) handed to the server's
+    container by the node part's deploy."""
+    import os
+
+    script_out = subprocess.run(
+        [sys.executable, "-m", "kdakit", "slurm", "script", "--sku", "h200", "--run-id", "r1",
+         "--results", str(tmp_path / "results"), "--arms", "triton cutedsl"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert script_out.returncode == 0, script_out.stderr
+    assert "GSM8K_ARGS=(--protocol full)" in script_out.stdout
+    assert "BENCH_ARGS=(--protocol cutedsl-pr " in script_out.stdout
+    assert "SERVER_ENV=(SGLANG_SIMULATE_ACC_LEN=5)" in script_out.stdout
+
+    docker = tmp_path / "docker"
+    docker.write_text(FAKE_DOCKER)
+    docker.chmod(0o755)
+    s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "use_gpus=false"])
+    visit = _visit(tmp_path, steps=("deploy",), arm="triton", bench_protocol="cutedsl-pr")
+    ctx = run.Context(s, _slurm(FakeSlurm([_job("RUNNING")])), tmp_path / "results", "r1", "h200")
+    run.prepare(ctx)
+    run.run_secrets(ctx)
+    visit.script_path.write_text(script.render(s, visit))
+    visit.wait_ready.write_text("print('ready')\n")  # stands in for the readiness wait
+    env = {**os.environ, "SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1", "PLANTED_KEY": "none"}
+    node = ["bash", str(visit.script_path), "node", "triton", "1", "deploy"]
+    done = subprocess.run(node, env=env, timeout=60)
+    assert done.returncode == 0
+    (server_run,) = [c for c in (tmp_path / "docker.log").read_text().splitlines() if c.startswith("run -d ")]
+    assert " --env=SGLANG_SIMULATE_ACC_LEN=5 " in server_run, server_run
+    plain = script.render(s, _visit(tmp_path, steps=("deploy",), arm="triton", bench_protocol="pr"))
+    assert "SERVER_ENV=()" in plain

@@ -15,7 +15,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 GPU_QUERY = "index,name,driver_version,memory.used,memory.total"
 MIN_PYTHON = (3, 9)
@@ -410,17 +412,20 @@ def hosts_of(inventory: dict, group: str) -> list[str]:
     return sorted(hosts)
 
 
-def _play_results(callback_json: dict) -> dict[str, dict]:
-    """host -> {'verdicts': [...]} or {'unreachable': msg} from ansible's json callback output."""
+def step_outputs(folder: Path) -> dict[str, dict]:
+    """host -> {'verdicts': [...]} or {'unreachable': msg}: the JSON file playbooks/preflight.yml writes for
+    each host (its script's output, or why the host could not be reached)."""
     out: dict[str, dict] = {}
-    for play in callback_json.get("plays", []):
-        for task in play.get("tasks", []):
-            for host, result in task.get("hosts", {}).items():
-                if result.get("unreachable"):
-                    msg = re.sub(r"\s+", " ", str(result.get("msg", "")))
-                    out[host] = {"unreachable": re.sub(r"^.*can be reached over ssh: ", "", msg)}
-                elif "stdout" in result and "Run the preflight checks" in task["task"]["name"]:
-                    out[host] = {"verdicts": parse_lines(result["stdout"])}
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if "unreachable" in data:
+            msg = re.sub(r"\s+", " ", str(data["unreachable"]))
+            out[data["host"]] = {"unreachable": re.sub(r"^.*can be reached over ssh: ", "", msg)}
+        else:
+            out[data["host"]] = {"verdicts": parse_lines(data.get("stdout", ""))}
     return out
 
 
@@ -467,7 +472,7 @@ def cluster_main(argv: list[str] | None = None) -> int:
             last = lines[-1] if lines else f"kdakit plan exited {planned.returncode}"
             print(f"preflight: {last.removeprefix('kdakit plan: error: ')}")
             return 2
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_NOCOLOR="1")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
     inv = subprocess.run(
         [args.ansible_inventory, "-i", args.inventory, "--list", *limit_args(args.extra)],
         capture_output=True,
@@ -496,12 +501,12 @@ def cluster_main(argv: list[str] | None = None) -> int:
     if args.hosts_only:
         return 0
     rows = [("controller", v) for v in controller_checks(args.docker, args.build)]
-    cmd = [args.ansible_playbook, "-i", args.inventory, args.playbook, "-e", f"kdakit_hosts={args.sku}",
-           *shlex.split(args.extra)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    try:
-        results = _play_results(json.loads(proc.stdout[proc.stdout.find("{") :]))
-    except json.JSONDecodeError:
+    with tempfile.TemporaryDirectory(prefix="kdakit-preflight-") as outputs:
+        cmd = [args.ansible_playbook, "-i", args.inventory, args.playbook, "-e", f"kdakit_hosts={args.sku}",
+               "-e", f"kdakit_preflight_output={outputs}", *shlex.split(args.extra)]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        results = step_outputs(Path(outputs))
+    if not results and proc.returncode != 0:
         print(f"preflight: ansible-playbook {args.playbook} exited {proc.returncode}: "
               f"{(proc.stderr or proc.stdout).strip()[-400:]}")  # fmt: skip
         return 2

@@ -342,8 +342,8 @@ def verify_kernel_check(arm: str, facts: dict, environ: dict | None = None, modu
 
     environ = os.environ if environ is None else environ
     name = f"arm {arm}: the verify kernel SGLang runs"
-    registered = profiles.sku_of_gpu(facts["gpu_name"]) if facts.get("gpu") else None
-    sku = environ.get("KDAKIT_SKU") or (registered.name if registered else profiles.default_sku())
+    found = profiles.sku_of_gpus(facts["gpu_name"]) if facts.get("gpu") else None
+    sku = environ.get("KDAKIT_SKU") or (found if found in profiles.skus() else profiles.default_sku())
     profile = profiles.load(sku, arm)
     module = profiles.contracts()["nv_cutedsl"]["python_module"]
     has_module = (module_found or (lambda m: importlib.util.find_spec(m) is not None))(module)

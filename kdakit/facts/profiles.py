@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field
 from functools import cache
@@ -135,13 +136,30 @@ def default_sku() -> str:
     return marked[0]
 
 
-def sku_of_gpu(gpu_name: str) -> Sku | None:
-    """The registered SKU whose GPU is exactly this one ('NVIDIA H200' -> h200), None for any other GPU."""
-    for name in skus():
-        entry = sku(name)
-        if entry.gpu_model.lower() == gpu_name.strip().lower():
-            return entry
-    return None
+def sku_of_gpus(gpu_names: list[str] | str) -> str:
+    """The one GPU -> SKU mapping: the registered SKU whose GPU is exactly these ('NVIDIA H200' -> 'h200');
+    for a GPU the registry does not know, a slug of its name ('NVIDIA A100-SXM4-80GB' -> 'a100-sxm4-80gb');
+    'unknown' for no GPU or GPUs of different models."""
+    names = {n.strip().lower() for n in ([gpu_names] if isinstance(gpu_names, str) else gpu_names)}
+    names.discard("")
+    if len(names) != 1:
+        return "unknown"
+    (name,) = names
+    for entry in map(sku, skus()):
+        if entry.gpu_model.lower() == name:
+            return entry.name
+    return re.sub(r"[^a-z0-9]+", "-", name.removeprefix("nvidia ")).strip("-") or "unknown"
+
+
+def configs_of(sku_name: str) -> str:
+    """The tuned-configs folder of a SKU (kernels/configs/<configs>/); an unregistered GPU's slug as is."""
+    return sku(sku_name).configs if sku_name in skus() else sku_name
+
+
+def canonical_sku(sku_name: str | None) -> str:
+    """A record's GPU model as the published tables spell it: 'h200' -> 'H200'; empty -> 'unknown'."""
+    text = (sku_name or "").strip()
+    return "unknown" if not text or text.lower() == "unknown" else text.upper()
 
 
 @dataclass

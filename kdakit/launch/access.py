@@ -8,6 +8,10 @@ updates, profiling, ...) take only the admin key. SGLang reads both only from it
 
 The controller makes both keys once per run (`python -m kdakit.launch.access env-file`); they reach the host
 in the 0600 env file every kit container (server, eval, bench) is started with.
+
+Standard library only: the playbooks and the Slurm job ship this very file to the hosts, whose python3 runs
+`access.py scrub` (replace the env file's secrets in a folder's files) and `access.py filter` (in a stream
+before it reaches a file: `docker inspect`, the server's log).
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ SECRET_FLAGS = (API_KEY_FLAG, ADMIN_API_KEY_FLAG)
 # Fields of SGLang's /server_info (its resolved server args) that hold the keys.
 SECRET_FIELDS = ("api_key", "admin_api_key")
 REDACTED = "<redacted>"
+# An env file's values this long or longer are secrets (the run's keys are 43 characters, an HF token 37);
+# shorter ones would redact ordinary text.
+SHORTEST_SECRET = 16
 # A key flag inside a command line kept as one string (SGLang's launch_command).
 _FLAG_IN_TEXT = re.compile(r"(--(?:admin-)?api-key[= ])(?!<redacted>)\S+")
 
@@ -73,7 +80,23 @@ def auth_headers(env: dict[str, str] | None = None) -> dict[str, str]:
 
 def known_secrets(env: dict[str, str] | None = None) -> list[str]:
     # "EMPTY" is the OpenAI client's placeholder, not a secret; short values would redact ordinary text.
-    return [k for k in keys_from_env(env) if k and k != "EMPTY" and len(k) >= 16]
+    return [k for k in keys_from_env(env) if k and k != "EMPTY" and len(k) >= SHORTEST_SECRET]
+
+
+def env_file_secrets(path: Path | str) -> list[str]:
+    """Every value of an env file (the kit's 0600 secrets file: the run's keys, an HF token) long enough
+    to be a secret; [] when the file cannot be read."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return []
+    return [v.strip() for v in parse_env_text(text).values() if len(v.strip()) >= SHORTEST_SECRET]
+
+
+def scrub_bytes(data: bytes, secrets_: list[str]) -> bytes:
+    for secret in secrets_:
+        data = data.replace(secret.encode(), REDACTED.encode())
+    return data
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -113,9 +136,9 @@ def redact(value, secrets_: list[str] | None = None):
 
 def scrub_tree(folder: Path, secrets_: list[str] | None = None) -> list[Path]:
     """Replace every known key string in every file under folder (the tools' raw outputs: SGLang's
-    /server_info, which its benchmark client copies into its JSONL, holds the keys). Returns the files
-    changed."""
-    hidden = [s.encode() for s in (known_secrets() if secrets_ is None else secrets_)]
+    /server_info, which its benchmark client copies into its JSONL, holds the keys; SGLang's start-up log).
+    Returns the files changed."""
+    hidden = known_secrets() if secrets_ is None else secrets_
     changed = []
     if not hidden or not Path(folder).exists():
         return changed
@@ -123,11 +146,10 @@ def scrub_tree(folder: Path, secrets_: list[str] | None = None) -> list[Path]:
         if not path.is_file() or path.is_symlink():
             continue
         data = path.read_bytes()
-        if any(s in data for s in hidden):
-            for secret in hidden:
-                data = data.replace(secret, REDACTED.encode())
+        if any(s.encode() in data for s in hidden):
             tmp = path.with_name(path.name + ".scrub-tmp")
-            tmp.write_bytes(data)
+            tmp.touch(mode=path.stat().st_mode & 0o777)
+            tmp.write_bytes(scrub_bytes(data, hidden))
             tmp.replace(path)
             changed.append(path)
     return changed
@@ -163,7 +185,21 @@ def _main(argv: list[str] | None = None) -> int:
         "env-file", help="print the key lines of the run's env file; the previous file's text on stdin"
     )
     env_file.add_argument("--run-id", required=True)
+    scrub = sub.add_parser("scrub", help="replace the env file's secrets in every file under FOLDER")
+    scrub.add_argument("--env-file", required=True)
+    scrub.add_argument("folder")
+    filt = sub.add_parser("filter", help="copy stdin to stdout with the env file's secrets replaced")
+    filt.add_argument("--env-file", required=True)
     args = p.parse_args(argv)
+    if args.command == "scrub":
+        for path in scrub_tree(Path(args.folder), env_file_secrets(args.env_file)):
+            print(path)
+        return 0
+    if args.command == "filter":
+        hidden = env_file_secrets(args.env_file)
+        for line in sys.stdin.buffer:  # by line: a long log never sits in memory; a key never spans lines
+            sys.stdout.buffer.write(scrub_bytes(line, hidden))
+        return 0
     previous = "" if sys.stdin.isatty() else sys.stdin.read()
     sys.stdout.write(env_file_lines(args.run_id, previous))
     return 0

@@ -13,13 +13,12 @@ import os
 import socket
 import urllib.error
 import urllib.request
-from datetime import UTC, datetime
 from pathlib import Path
 
 from kdakit.facts import profiles
 from kdakit.facts.errors import UsageError
 from kdakit.launch import access
-from kdakit.records import provenance, results
+from kdakit.records import paths, provenance, results
 
 ARMS = (*profiles.arms(), "unknown")  # the launch arms (kdakit/facts/profiles/arms.toml)
 KDA_BACKEND_ARGS = ("linear_attn_prefill_backend", "linear_attn_decode_backend", "linear_attn_verify_backend")
@@ -112,14 +111,11 @@ def arm_from_server_args(info: dict | None) -> str:
     return values.pop() if len(values) == 1 and values <= {"helion", "triton"} else "unknown"
 
 
-def canonical_sku(sku: str | None) -> str:
-    """A record's GPU model as the published tables spell it: 'h200' (group_vars, $KDAKIT_SKU) -> 'H200'."""
-    text = (sku or "").strip()
-    return "unknown" if not text or text.lower() == "unknown" else text.upper()
+canonical_sku = profiles.canonical_sku  # the report reads it from here
 
 
 def default_run_id() -> str:
-    return os.environ.get("KDAKIT_RUN_ID") or datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return paths.env_or_new_run_id()
 
 
 def host_name(args: argparse.Namespace) -> str:
@@ -130,13 +126,11 @@ def resolve(args: argparse.Namespace, kind: str, info: dict | None) -> dict:
     """run_id, host, sku, arm, out (Path), run_dir: server-command.json (or its folder) for provenance."""
     run_id = args.run_id or default_run_id()
     host = host_name(args)
-    sku = (
-        args.sku or os.environ.get("KDAKIT_SKU") or provenance.sku_from_gpus(provenance.gpus_and_driver()[0])
-    )
+    sku = args.sku or os.environ.get("KDAKIT_SKU") or profiles.sku_of_gpus(provenance.gpus_and_driver()[0])
     arm = args.arm or os.environ.get("KDAKIT_ARM") or arm_from_server_args(info)
     if arm not in ARMS:
         raise UsageError(f"arm must be one of {', '.join(ARMS)}, got {arm!r} (from $KDAKIT_ARM?)")
-    out = Path(args.out) if args.out else Path("results") / run_id / host / kind
+    out = Path(args.out) if args.out else paths.measurement_dir(run_id, host, kind)
     run_dir = None
     if args.server_command:
         path = Path(args.server_command)

@@ -19,10 +19,11 @@ import shutil
 import sys
 from pathlib import Path
 
+from kdakit.records import paths
+
 # What one host's arm leaves on the controller when no earlier run says otherwise: raw outputs, server log,
 # telemetry, diagnostics. An earlier, larger run under the same results folder raises it.
 EXPECTED_MB_PER_HOST_ARM = 200
-LATEST_FILE = "LATEST"
 
 
 class WriteFailed(OSError):
@@ -101,7 +102,7 @@ def write_json_atomic(path: Path | str, data: object) -> Path:
 
 
 def write_latest(results: Path | str, run_id: str) -> Path:
-    return write_atomic(Path(results) / LATEST_FILE, f"{run_id}\n")
+    return write_atomic(paths.latest_path(results), f"{run_id}\n")
 
 
 def _tree_size(path: Path) -> int:
@@ -202,6 +203,14 @@ def commit_collected(staged: Path | str, dest: Path | str, manifest: list[dict])
     return problems
 
 
+def _refused(line: str | None) -> int:
+    """A check's exit status: 1 with its one line on stderr, 0 when it said nothing."""
+    if line:
+        print(line, file=sys.stderr)
+        return 1
+    return 0
+
+
 def _main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -231,17 +240,9 @@ def _main(argv: list[str] | None = None) -> int:
             write_latest(args.results, args.run_id)
             return 0
         if args.cmd == "space":
-            line = preflight_space(args.results, args.hosts, args.arms)
-            if line:
-                print(line, file=sys.stderr)
-                return 1
-            return 0
+            return _refused(preflight_space(args.results, args.hosts, args.arms))
         if args.cmd == "prepare":
-            line = prepare_staging(args.staged, args.host, args.host_dir)
-            if line:
-                print(line, file=sys.stderr)
-                return 1
-            return 0
+            return _refused(prepare_staging(args.staged, args.host, args.host_dir))
         problems = commit_collected(args.staged, args.dest, json.load(sys.stdin))
     except OSError as exc:
         print(f"kdakit: {exc}", file=sys.stderr)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import kdakit
 from kdakit.facts import pins
+from kdakit.records import paths
 from kdakit.records.controller_files import write_json_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -60,15 +61,6 @@ def gpus_and_driver() -> tuple[list[str], str | None]:
     return names, (sorted(drivers)[0] if drivers else None)
 
 
-def sku_from_gpus(gpus: list[str]) -> str:
-    """'NVIDIA H200' -> 'H200'; 'unknown' when there is no GPU or the models differ."""
-    skus = set()
-    for name in gpus:
-        match = re.search(r"\b([A-Z]{1,2}\d{2,3}[A-Z]?)\b", name.upper())
-        skus.add(match.group(1) if match else name)
-    return skus.pop() if len(skus) == 1 else "unknown"
-
-
 def server_command(run_dir: Path | str | None) -> dict | None:
     """{argv, env} from server-command.json (run_dir: that file, or the folder holding it)."""
     if run_dir is None:
@@ -87,16 +79,21 @@ def server_command(run_dir: Path | str | None) -> dict | None:
     return {"argv": [str(a) for a in argv], "env": {str(k): str(v) for k, v in env.items()}}
 
 
-def tool_versions() -> dict[str, str | None]:
+def package_versions(dists: tuple[str, ...]) -> dict[str, str | None]:
+    """Each distribution's installed version; None where it is not installed."""
     from importlib import metadata
 
     versions = {}
-    for dist in ("lm-eval", "sglang", "torch", "triton", "helion"):
+    for dist in dists:
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
     return versions
+
+
+def tool_versions() -> dict[str, str | None]:
+    return package_versions(("lm-eval", "sglang", "torch", "triton", "helion"))
 
 
 def gather(run_dir: Path | str | None = None) -> dict:
@@ -121,7 +118,7 @@ def gather(run_dir: Path | str | None = None) -> dict:
 # the collect step's facts, every step's outcome and the run's first failure. Only this code writes it (the
 # playbooks call `python -m kdakit.records.provenance`), always atomically, and a later step never upgrades
 # a host.
-PROVENANCE_FILE = "provenance.json"
+PROVENANCE_FILE = paths.PROVENANCE_FILE
 OUTCOMES = ("ok", "failed", "unreachable", "skipped")
 # Steps that run whatever happened before (they gather evidence and clean up), and so never skip a host.
 ALWAYS_RUN_STEPS = ("collect", "teardown")
@@ -133,10 +130,6 @@ def _read_json(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def host_dir(results: Path | str, run_id: str, host: str, arm: str) -> Path:
-    return Path(results) / run_id / host / arm
 
 
 def record_step(record: dict, step: str, outcome: str, cause: str = "") -> dict:
@@ -176,7 +169,7 @@ def record_each(
     is said for that host, and the others' records are still tried)."""
     lines, failed = [], {}
     for h in hosts:
-        path = host_dir(results, run_id, h["host"], arm) / PROVENANCE_FILE
+        path = paths.provenance_path(results, run_id, h["host"], arm)
         record = _read_json(path)
         record.update(
             {k: v for k, v in (("run_id", run_id), ("host", h["host"]), ("arm", arm)) if k not in record}
@@ -199,7 +192,7 @@ def record_outcomes(results: Path | str, run_id: str, arm: str, step: str, hosts
 
 def record_facts(results: Path | str, run_id: str, host: str, arm: str, facts: dict) -> Path:
     """Add the collect step's facts (image, image ID, git sha, ...) without touching outcomes."""
-    path = host_dir(results, run_id, host, arm) / PROVENANCE_FILE
+    path = paths.provenance_path(results, run_id, host, arm)
     record = _read_json(path)
     for key in ("outcome", "step", "cause", "steps"):
         facts.pop(key, None)

@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kdakit.records.sequential",
                                      description=__doc__.split("\n")[0])  # fmt: skip
     parser.add_argument("run_dir", metavar="RUN_DIR", help="results/<run-id>")
-    parser.add_argument("--protocol", required=True, help="the serving protocol (bench/protocols.toml)")
+    parser.add_argument(
+        "--protocol", required=True, help="the serving protocol (kdakit/facts/protocols.toml)"
+    )
     parser.add_argument("--elapsed-s", type=float, default=None, help="seconds since the first visit began")
     args = parser.parse_args(argv)
     try:

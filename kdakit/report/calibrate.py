@@ -20,6 +20,7 @@ import math
 import sys
 import time
 
+from kdakit.facts.protocols import load_protocols
 from kdakit.records import stats
 
 NOISE = (0.005, 0.01, 0.02, 0.05)  # per visit and arm (coefficient of variation)
@@ -106,8 +107,6 @@ def _claim_protocols(protocols: dict) -> dict:
 def table(protocols: dict | None = None, experiments: int = EXPERIMENTS, seed: int = SEED) -> list[dict]:
     import numpy as np
 
-    from kdakit.bench.serving import load_protocols
-
     protocols = protocols if protocols is not None else _claim_protocols(load_protocols())
     rng = np.random.default_rng(seed)
     rows = []
@@ -173,8 +172,6 @@ def _wrong(kinds, ratio: float, band_pct: float):
 def follow_ups(protocols: dict | None = None, experiments: int = FOLLOW_EXPERIMENTS, seed: int = SEED):
     import numpy as np
 
-    from kdakit.bench.serving import load_protocols
-
     protocols = protocols if protocols is not None else _claim_protocols(load_protocols())
     rng = np.random.default_rng(seed + 1)
     names = [name for name in sorted(protocols) if protocols[name].repeats > 1]
@@ -192,12 +189,12 @@ def markdown(rows: list[dict], follows: list[dict], experiments: int = EXPERIMEN
     claim = ["claim " + stats.HOLDS, "claim " + stats.DOES_NOT_HOLD]
     lines = [
         f"{experiments} simulated experiments per row (seed {SEED}), each with the protocol's points "
-        "(bench/protocols.toml); noise: per visit and arm; drift: per visit, shared by both arms and every "
-        f"point; run noise {RUN_NOISE:.1%} per client run (a visit's value: the median of its runs); each "
-        f"point of a visit fails with probability {FAIL_RATE:.0%}, and each arm's whole visit is missing "
-        f"with probability {MISSING_RATE:.0%}. Visits: a fixed protocol's, or a sequential one's budget, the "
-        "mean it took under its stopping rule and the 90th percentile. Point verdicts: the share of points; "
-        "claim: "
+        "(kdakit/facts/protocols.toml); noise: per visit and arm; drift: per visit, shared by both arms "
+        f"and every point; run noise {RUN_NOISE:.1%} per client run (a visit's value: the median of its "
+        f"runs); each point of a visit fails with probability {FAIL_RATE:.0%}, and each arm's whole visit "
+        f"is missing with probability {MISSING_RATE:.0%}. Visits: a fixed protocol's, or a sequential one's "
+        "budget, the mean it took under its stopping rule and the 90th percentile. Point verdicts: the share "
+        "of points; claim: "
         f'"within {b}" over all the points of one experiment. Identical arms (ratio 1.00): a wrong verdict '
         'is "outside" or "different but inside" for a point, "does not hold" for the claim.',
         "",

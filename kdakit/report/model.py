@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kdakit.facts import profiles
 from kdakit.facts.errors import UsageError
+from kdakit.facts.protocols import BUILT_IN, load_protocols
 from kdakit.measure.context import canonical_sku
 from kdakit.records import results, sequential, stats
 
@@ -301,19 +302,17 @@ def interleaved(triton: Visits, helion: Visits) -> bool:
 
 def protocol_used(protocol: str, records: list[dict]) -> dict:
     """The protocol definition the runs used: what their records kept (the --protocols file they were
-    given), else, for records from before that was kept, the built-in bench/protocols.toml's."""
+    given), else, for records from before that was kept, the built-in kdakit/facts/protocols.toml's."""
     for record in reversed(records):
         kept = record["metrics"].get("protocol_definition")
         if kept:
             return kept
-    from kdakit.bench.serving import load_protocols
-
     found = load_protocols().get(protocol)
     if found is None:
         return {"band_pct": 1.0, "points": [], "source_file": "unknown protocol"}
     return {
         "band_pct": found.band_pct, "repeats": found.repeats, "runs": found.runs,
-        "points": [dict(vars(p)) for p in found.points], "source_file": "bench/protocols.toml (built in)",
+        "points": [dict(vars(p)) for p in found.points], "source_file": BUILT_IN,
         "sequential": found.sequential, "min_visits": found.min_visits, "max_visits": found.max_visits,
         "max_hours": found.max_hours,
     }  # fmt: skip

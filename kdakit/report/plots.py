@@ -13,6 +13,7 @@ SERIES_STYLE = {
     "helion": (("tab:orange", "s"), ("tab:red", "^"), ("tab:brown", "P")),
 }
 ARM_OFFSET = {"triton": 0.93, "helion": 1.07}
+LINES = ("-", "--", ":")  # the measured series' line per input length
 FIGURE_WIDTH_IN = 7.4  # shown at its own size in an 800 px window: no shrinking of its text
 FONT_PT = 9  # at 100 dpi, 12.5 px: legible in an 800 px window
 SMALL_PT = 8
@@ -54,52 +55,52 @@ def throughput_figure(title: str, rows: list[dict]):
                              dpi=100, squeeze=False)  # fmt: skip
     ax = axes[0][0]
     lengths = sorted({r["key"][:2] for r in rows})
+    _arm_series(ax, rows, lengths, per_published=False)
+    _log2_axes(ax, "concurrency (arms drawn side by side)", "output tok/s (median)",
+               "measured (bars: range of runs or visits)")  # fmt: skip
+    if published:
+        ax = axes[1][0]
+        _arm_series(ax, rows, lengths, per_published=True)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        _log2_axes(ax, "concurrency", "measured / published",
+                   "against the published numbers (1: as published)")  # fmt: skip
+    fig.suptitle(title, fontsize=FONT_PT + 1)
+    return fig
+
+
+def _arm_series(ax, rows: list[dict], lengths: list[tuple], per_published: bool) -> None:
+    """Each arm's values against concurrency, one series per input/output length, bars: the range of the runs
+    or visits behind each value. per_published: each divided by its published number (points without one
+    left out), markers without lines."""
     for arm in ARMS:
         for n, (i, o) in enumerate(lengths):
             color, marker, filled = series_style(arm, n)
-            pts = sorted(
-                (r["key"][2], r[arm], r.get(f"spread_{arm}")) for r in rows if r["key"][:2] == (i, o)
-            )
-            pts = [(x * ARM_OFFSET[arm], y, sp) for x, y, sp in pts if y is not None]
+            pts = []
+            for r in rows:
+                scale = r.get(f"pub_{arm}") if per_published else 1.0
+                if r["key"][:2] != (i, o) or r[arm] is None or not scale:
+                    continue
+                sp = r.get(f"spread_{arm}")
+                bars = (sp[0] / scale, sp[1] / scale) if sp else None
+                pts.append((r["key"][2] * ARM_OFFSET[arm], r[arm] / scale, bars))
             if not pts:
                 continue
-            xs, ys = [x for x, _, _ in pts], [y for _, y, _ in pts]
+            pts.sort()
             low = [y - sp[0] if sp else 0.0 for _, y, sp in pts]
             high = [sp[1] - y if sp else 0.0 for _, y, sp in pts]
-            ax.errorbar(xs, ys, yerr=[low, high], marker=marker, color=color, capsize=3,
-                        mfc=color if filled else "white", linestyle=("-", "--", ":")[n % 3],
-                        label=f"{arm} {i}/{o}")  # fmt: skip
+            line = {"fmt": marker} if per_published else {"marker": marker, "linestyle": LINES[n % 3]}
+            ax.errorbar([x for x, _, _ in pts], [y for _, y, _ in pts], yerr=[low, high], color=color,
+                        capsize=3, mfc=color if filled else "white", label=f"{arm} {i}/{o}",
+                        **line)  # fmt: skip
+
+
+def _log2_axes(ax, xlabel: str, ylabel: str, title: str) -> None:
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("concurrency (arms drawn side by side)")
-    ax.set_ylabel("output tok/s (median)")
-    ax.set_title("measured (bars: range of runs or visits)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(ncol=2)
-    if published:
-        ax = axes[1][0]
-        for arm in ARMS:
-            for n, (i, o) in enumerate(lengths):
-                color, marker, filled = series_style(arm, n)
-                pts = [(r["key"][2] * ARM_OFFSET[arm], r[arm] / r[f"pub_{arm}"], r) for r in rows
-                       if r["key"][:2] == (i, o) and r[arm] is not None and r.get(f"pub_{arm}")]  # fmt: skip
-                if not pts:
-                    continue
-                low = [(v - r[f"spread_{arm}"][0] / r[f"pub_{arm}"]) if r.get(f"spread_{arm}") else 0.0
-                       for _, v, r in pts]  # fmt: skip
-                high = [(r[f"spread_{arm}"][1] / r[f"pub_{arm}"] - v) if r.get(f"spread_{arm}") else 0.0
-                        for _, v, r in pts]  # fmt: skip
-                ax.errorbar([x for x, _, _ in pts], [v for _, v, _ in pts], yerr=[low, high], fmt=marker,
-                            color=color, mfc=color if filled else "white", capsize=3,
-                            label=f"{arm} {i}/{o}")  # fmt: skip
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel("measured / published")
-        ax.set_title("against the published numbers (1: as published)")
-        ax.grid(alpha=0.3)
-        ax.legend(ncol=2)
-    fig.suptitle(title, fontsize=FONT_PT + 1)
-    return fig
 
 
 def throughput_plot(title: str, rows: list[dict], filename: str) -> Plot:

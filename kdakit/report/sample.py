@@ -21,6 +21,7 @@ from kdakit.report.model import ARMS
 RUN_ID = "sample-synthetic"
 SKU = profiles.default_sku()  # the published numbers the sample sits beside
 HOST = f"{SKU}-sample"
+SYNTHETIC = "synthetic sample: every number is made up"  # every serving record's note
 PROVENANCE = {
     "kdakit_version": "sample",
     "git_sha": None,
@@ -99,8 +100,14 @@ def _points(protocol, published: dict, arm: str, rng: random.Random, noise: floa
     return points
 
 
+def _record(kind: str, arm: str, protocol: str, metrics: dict, **more) -> dict:
+    """A record of the sample's run, host and SKU."""
+    return results.new_record(kind, run_id=RUN_ID, host=HOST, sku=SKU, arm=arm, protocol=protocol,
+                              metrics=metrics, provenance=PROVENANCE, **more)  # fmt: skip
+
+
 def write_sample(root: Path) -> Path:
-    from kdakit.bench.serving import PROTOCOLS_FILE, load_protocols, protocol_definition
+    from kdakit.facts.protocols import PROTOCOLS_FILE, load_protocols, protocol_definition
     from kdakit.report.model import load_published
 
     protocols = load_protocols()
@@ -128,17 +135,7 @@ def write_sample(root: Path) -> Path:
                     "protocol_definition": protocol_definition(protocol, PROTOCOLS_FILE),
                     "points": _points(protocol, published, arm, rng, noise, failed, drift),
                 }
-                record = results.new_record(
-                    "serving",
-                    run_id=RUN_ID,
-                    host=HOST,
-                    sku=SKU,
-                    arm=arm,
-                    protocol=name,
-                    metrics=metrics,
-                    provenance=PROVENANCE,
-                    notes=["synthetic sample: every number is made up"],
-                )
+                record = _record("serving", arm, name, metrics, notes=[SYNTHETIC])
                 record["created"] = f"2026-12-01T{10 + minute // 60:02d}:{minute % 60:02d}:00+00:00"
                 minute += 7
                 suffix = f"-{visit}" if visit > 1 else ""
@@ -153,16 +150,7 @@ def write_sample(root: Path) -> Path:
     ):
         common = {"phase": phase, "shape": shape, "samples": 500}
         rows += [{**common, "arm": "triton", "median_us": t}, {**common, "arm": "helion", "median_us": h}]
-    record = results.new_record(
-        "kernels",
-        run_id=RUN_ID,
-        host=HOST,
-        sku=SKU,
-        arm="both",
-        protocol="pr",
-        metrics={"gpu": profiles.sku(SKU).gpu_model, "rows": rows},
-        provenance=PROVENANCE,
-    )
+    record = _record("kernels", "both", "pr", {"gpu": profiles.sku(SKU).gpu_model, "rows": rows})
     results.write_result(base / "kernels" / "kernels.result.json", record)
     for j, value in ((1, 0.97), (2, 0.98)):
         metrics = {
@@ -174,16 +162,7 @@ def write_sample(root: Path) -> Path:
             "verdict_metric": "numeric",
             "verdict": "pass",
         }
-        record = results.new_record(
-            "gsm8k",
-            run_id=RUN_ID,
-            host=HOST,
-            sku=SKU,
-            arm="helion",
-            protocol="pr",
-            metrics=metrics,
-            provenance=PROVENANCE,
-        )
+        record = _record("gsm8k", "helion", "pr", metrics)
         results.write_result(base / "gsm8k" / f"helion-pr-run{j}.result.json", record)
     return Path(root) / RUN_ID
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from kdakit.facts.protocols import load_protocols
 from kdakit.measure import telemetry
 from kdakit.measure.context import canonical_sku
 from kdakit.records import results, stats
@@ -141,8 +142,6 @@ def _what_would_change_it(row: dict) -> str:
             "More visits: raise the protocol's max_visits (or max_hours) and run it again on the same run "
             "id; " + verdict.split(": ", 1)[-1] + "."
         )
-    from kdakit.bench.serving import load_protocols
-
     found = [p for p in load_protocols().values() if p.sequential]
     if not found:
         return "More visits per arm, interleaved."

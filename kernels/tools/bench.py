@@ -186,6 +186,21 @@ def _round_values(row: dict, arm: str) -> dict[int, float]:
 # Kernel arms
 
 
+# arm id -> the attribute of kdakit.kernels.tools.upstream's kernels (None where it did not import)
+UPSTREAM_ARMS = {
+    "decode:triton": "triton_recurrent",
+    "verify:triton": "triton_recurrent",
+    "decode:triton-packed": "triton_packed_decode",
+    "decode:triton-packed-dispatch": "triton_packed_decode_dispatch",
+    "prefill:triton": "triton_chunk_kda",
+    "decode:helion-upstream": "helion_packed_decode",
+    "verify:helion-upstream": "helion_verify",
+    "prefill:helion-upstream": "helion_chunk_kda",
+    "verify-layer:conv1d-update": "conv1d_update",
+    "verify-layer:replayssm-commit": "replayssm_commit",
+}
+
+
 def load_arms(
     upstream_source: str = "auto", kdakit_configs: str = "shipped"
 ) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
@@ -200,16 +215,7 @@ def load_arms(
         up = upstream.load(upstream_source)
         info["upstream_source"] = up.source
         info["upstream_missing"] = up.missing
-        found["decode:triton"] = up.triton_recurrent
-        found["verify:triton"] = up.triton_recurrent
-        found["decode:triton-packed"] = up.triton_packed_decode
-        found["decode:triton-packed-dispatch"] = up.triton_packed_decode_dispatch
-        found["prefill:triton"] = up.triton_chunk_kda
-        found["decode:helion-upstream"] = up.helion_packed_decode
-        found["verify:helion-upstream"] = up.helion_verify
-        found["prefill:helion-upstream"] = up.helion_chunk_kda
-        found["verify-layer:conv1d-update"] = up.conv1d_update
-        found["verify-layer:replayssm-commit"] = up.replayssm_commit
+        found.update({key: getattr(up, name) for key, name in UPSTREAM_ARMS.items()})
         for key in [k for k, v in found.items() if v is None]:
             del found[key]
             missing[key] = "; ".join(f"{k}: {v}" for k, v in up.missing.items()) or "not importable"

@@ -56,6 +56,7 @@ def write_outputs(result: dict, out_dir: Path, run_id: str) -> tuple[Path, Path 
 def write_record(result: dict, out_dir: Path, run_id: str) -> Path:
     """The normalized kdakit.result.v1 `kernels` record; GPU, driver, host and versions come from the
     bench run itself (so a record written later, on another machine, still describes the bench host)."""
+    from kdakit.facts import profiles
     from kdakit.records import provenance, results
 
     env = result["environment"]
@@ -69,7 +70,7 @@ def write_record(result: dict, out_dir: Path, run_id: str) -> Path:
         "kernels",
         run_id=run_id,
         host=env.get("hostname") or socket.gethostname(),
-        sku=provenance.sku_from_gpus([env["gpu"]]) if env.get("gpu") else "unknown",
+        sku=profiles.canonical_sku(profiles.sku_of_gpus([env["gpu"]] if env.get("gpu") else [])),
         arm="both",
         protocol="kernels-bench",
         metrics={

@@ -23,14 +23,23 @@ class _DefaultsShown(argparse.HelpFormatter):
         return text
 
 
+def _command(kernels: argparse._SubParsersAction, name: str, func, **texts) -> argparse.ArgumentParser:
+    """`kdakit kernels NAME` (its help and description in `texts`, option defaults shown) running `func`."""
+    parser = kernels.add_parser(name, formatter_class=_DefaultsShown, **texts)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def _results_arguments(parser: argparse.ArgumentParser, run_name: str) -> None:
+    """Where a measuring command writes: RESULTS_DIR/RUN_ID/HOST/, the run id by default
+    `<run_name>-<UTC time>`."""
+    run_id_help = f"the run's folder name (default: {run_name}-<UTC time>)"
+    parser.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
+    parser.add_argument("--run-id", default=None, help=run_id_help)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from kdakit.kernels import shapes
-    from kdakit.kernels.tools import bench as bench_module
-    from kdakit.kernels.tools import profile as profile_module
-    from kdakit.kernels.tools import served as served_module
-    from kdakit.kernels.tools import sweep as sweep_module
-    from kdakit.kernels.tools import upstream
-    from kdakit.kernels.tuned import PREFILL_KERNELS
 
     model, bench_defaults, tune_defaults = (shapes.load()[t] for t in ("model", "bench", "autotune"))
     parser = sub.add_parser(
@@ -41,15 +50,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Shapes and defaults: kernels/shapes.toml.",
     )
     kernels = parser.add_subparsers(dest="kernels_command", required=True, metavar="SUBCOMMAND")
+    _bench_parser(kernels, model, bench_defaults)
+    _autotune_parser(kernels, tune_defaults)
+    _served_parser(kernels, model)
+    _profile_parser(kernels)
+    _sweep_parser(kernels)
+    _seeds_parser(kernels)
+    _simple_parsers(kernels)
 
-    bench = kernels.add_parser(
+
+def _bench_parser(kernels: argparse._SubParsersAction, model: dict, bench_defaults: dict) -> None:
+    from kdakit.kernels import shapes
+    from kdakit.kernels.tools import bench as bench_module
+    from kdakit.kernels.tools import upstream
+
+    bench = _command(
+        kernels,
         "bench",
+        cmd_bench,
         help="time SGLang's Triton and Helion KDA kernels and kdakit's on one GPU (the PR's table)",
         description="Decode, verify and prefill on one GPU: CUDA-graph per-call medians, L2-cold slot "
         "rotation, arms interleaved in rotated rounds, outputs checked against SGLang's Triton, HBM floor "
         "from the measured copy bandwidth. "
         "Writes RESULTS_DIR/RUN_ID/HOST/kernels-bench.json and its kdakit.result.v1 record.",
-        formatter_class=_DefaultsShown,
     )
     phases = ",".join(bench_module.PHASES)
     bench.add_argument(
@@ -89,23 +112,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     upstream_help = "SGLang's kernels: installed, or extracted from the pinned wheel (auto: installed if any)"
     bench.add_argument("--upstream", choices=upstream.SOURCES, default="auto", help=upstream_help)
-    bench.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
-    bench.add_argument("--run-id", default=None, help="the run's folder name (default: kernels-<UTC time>)")
+    _results_arguments(bench, "kernels")
     bench.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     configs_help = (
         "kdakit kernels' configs: tuned ones shipped for this GPU (fallback: default), the defaults, or both "
         "in one run (arms helion-kdakit and helion-kdakit-default, side by side)"
     )
     bench.add_argument("--configs", choices=bench_module.CONFIG_MODES, default="shipped", help=configs_help)
-    bench.set_defaults(func=cmd_bench)
+
+
+def _autotune_parser(kernels: argparse._SubParsersAction, tune_defaults: dict) -> None:
+    from kdakit.kernels import shapes
+    from kdakit.kernels.tuned import PREFILL_KERNELS
 
     prefill_names = ", ".join(PREFILL_KERNELS)
-    tune = kernels.add_parser(
+    tune = _command(
+        kernels,
         "autotune",
+        cmd_autotune,
         help="tune kdakit's Helion KDA kernels for this GPU's SKU and write config files (GPU only)",
         description="Helion's autotuner per kernel and shape bucket, then the candidates timed with the "
         "bench's CUDA-graph timer; the faster config is written to OUT/SKU/KERNEL-BUCKET.json.",
-        formatter_class=_DefaultsShown,
     )
     tune.add_argument("--sku", required=True, help="the SKU of this GPU (kdakit skus; checked against it)")
     tune.add_argument(
@@ -137,17 +164,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     tune.add_argument("--out", default=None, help="config folder (default: the package's kernels/configs)")
     tune.add_argument("--dry-run", action="store_true", help="print the plan and target files, tune nothing")
-    tune.set_defaults(func=cmd_autotune)
 
-    served = kernels.add_parser(
+
+def _served_parser(kernels: argparse._SubParsersAction, model: dict) -> None:
+    from kdakit.kernels.tools import served as served_module
+
+    served = _command(
+        kernels,
         "served",
+        cmd_served,
         help="the prefill as SGLang serves it, per arm: one KDA layer and a layer stack through SGLang's "
         "breakable prefill CUDA graph, and eager (GPU only)",
         description="Per arm, through SGLang's own KDA backend and breakable prefill CUDA graph protocol: "
         "per-layer extend in the graph as served and eager (with host time), a stack of KDA layers with "
         "stand-in GPU work per layer, and the estimated prefill time of the PR's inputs. Writes "
         "RESULTS_DIR/RUN_ID/HOST/served-prefill.json.",
-        formatter_class=_DefaultsShown,
     )
     stack_defaults = served_module.StackConfig()
     served.add_argument("--heads", type=int, default=model["heads"], help="local KDA heads")
@@ -162,33 +193,40 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS: sequence slots of the graph's tables (more: eager)",
     )  # fmt: skip
     served.add_argument("--arms", default=None, help="a subset of the arms (default: all)")
-    served.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
-    served.add_argument("--run-id", default=None, help="the run's folder name (default: served-<UTC time>)")
-    served.set_defaults(func=cmd_served)
+    _results_arguments(served, "served")
 
-    prof = kernels.add_parser(
+
+def _profile_parser(kernels: argparse._SubParsersAction) -> None:
+    from kdakit.kernels.tools import profile as profile_module
+
+    prof = _command(
+        kernels,
         "profile",
+        cmd_profile,
         help="per-kernel device time of every prefill arm (torch profiler; GPU only)",
         description="Each prefill arm called as SGLang's adapters call it, then `--calls` calls profiled: "
         "every CUDA kernel's µs per call and the arm's total without the input restore. Writes "
         "RESULTS_DIR/RUN_ID/HOST/prefill-profile.json after every row.",
-        formatter_class=_DefaultsShown,
     )
     prof.add_argument("--cases", default=profile_module.DEFAULT_CASES, help="BATCHxTOKENS:HEADS,...")
     prof.add_argument("--calls", type=int, default=20, help="profiled calls per arm and case")
-    prof.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
-    prof.add_argument("--run-id", default=None, help="the run's folder name (default: profile-<UTC time>)")
-    prof.set_defaults(func=cmd_profile)
+    _results_arguments(prof, "profile")
 
-    sweep = kernels.add_parser(
+
+def _sweep_parser(kernels: argparse._SubParsersAction) -> None:
+    from kdakit.kernels import shapes
+    from kdakit.kernels.tools import sweep as sweep_module
+
+    sweep = _command(
+        kernels,
         "sweep",
+        cmd_sweep,
         help="the small-token prefill PR's sweep: every Helion prefill against SGLang's Triton, 216 cases "
         "(GPU only)",
         description="Lengths x heads x fixed/varlen x state precision (kernels/shapes.toml [sweep]), gate "
         "and beta padded past the tokens, each arm in a fresh process whose first prefill is T = 1, and the "
         "arm's decode refusing a non-power-of-two head dim. Appends RESULTS_DIR/RUN_ID/HOST/sweep.jsonl per "
         "case, then writes sweep.json.",
-        formatter_class=_DefaultsShown,
     )
     sweep_defaults = sweep_module.SweepConfig()
     sweep.add_argument("--arms", default=",".join(sweep_module.ARMS), help="Helion arms to sweep")
@@ -198,24 +236,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     sweep.add_argument("--precisions", default=shapes.csv("sweep", "precisions"), help="state pool dtypes")
     sweep.add_argument("--head-dim", type=int, default=sweep_defaults.head_dim, help="K = V")
     sweep.add_argument("--timeout-s", type=float, default=300.0, help="bound on the whole sweep's workers")
-    sweep.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
-    sweep.add_argument("--run-id", default=None, help="the run's folder name (default: sweep-<UTC time>)")
+    sweep.add_argument(
+        "--workers", type=int, default=0, help="fresh processes per arm, each T = 1 first (0: by the cores)"
+    )
+    _results_arguments(sweep, "sweep")
     sweep.add_argument("--dry-run", action="store_true", help="print the cases and worker command only")
-    sweep.set_defaults(func=cmd_sweep)
 
-    seeds = kernels.add_parser(
+
+def _seeds_parser(kernels: argparse._SubParsersAction) -> None:
+    seeds = _command(
+        kernels,
         "seeds",
+        cmd_seeds,
         help="the seed PRs' kernel measurements in one bounded GPU call: the per-layer verify table and the "
         "prefill sweep",
         description="`kernels bench --phases verify-layer` in a child process, then `kernels sweep` for "
         "every Helion arm, within --budget-s; writes RESULTS_DIR/RUN_ID/HOST/ and prints both tables last.",
-        formatter_class=_DefaultsShown,
     )
     seeds.add_argument("--budget-s", type=float, default=420.0, help="bound on the whole call")
-    seeds.add_argument("--results-dir", default="results", help="writes RESULTS_DIR/RUN_ID/HOST/")
-    seeds.add_argument("--run-id", default=None, help="the run's folder name (default: seeds-<UTC time>)")
+    _results_arguments(seeds, "seeds")
     seeds.add_argument("--dry-run", action="store_true", help="print the plan only")
-    seeds.set_defaults(func=cmd_seeds)
+
+
+def _simple_parsers(kernels: argparse._SubParsersAction) -> None:
+    """The subcommands of a few plain arguments (_SIMPLE_COMMANDS), their defaults not shown."""
     for name, (func, help_text, options) in _SIMPLE_COMMANDS.items():
         command = kernels.add_parser(name, help=help_text)
         for option, option_help in options.items():
@@ -410,17 +454,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     run_id = args.run_id or datetime.now(UTC).strftime("sweep-%Y%m%d-%H%M%S")
     out_dir = Path(args.results_dir) / run_id / socket.gethostname()
     planned = sweep.cases(cfg)
+    if args.workers < 0:
+        raise UsageError(f"--workers: 0 (automatic) or more, got {args.workers}")
+    workers = args.workers or sweep.default_workers(len(arms))
     if args.dry_run:
         probes = sum(1 for c in planned if c.length == 1)
         print(
             f"{len(planned) - probes} sweep cases and {probes} T = 1 probes per arm, "
             f"first {planned[0].key()}, last {planned[-1].key()}; "
-            f"arms {', '.join(arms)}, each in a fresh process of {sys.executable}; "
+            f"arms {', '.join(arms)}, each in {len(sweep.shards(planned, workers))} fresh process(es) of "
+            f"{sys.executable}; "
             f"rows to {out_dir / sweep.ROWS_NAME}"
         )
         return 0
     result = sweep.run(
-        arms, cfg, out_dir, args.timeout_s, log=lambda m: print(m, file=sys.stderr, flush=True)
+        arms,
+        cfg,
+        out_dir,
+        args.timeout_s,
+        log=lambda m: print(m, file=sys.stderr, flush=True),
+        workers=workers,
     )
     print(sweep.render(result))
     print(f"\nwrote {out_dir / sweep.ROWS_NAME} and {out_dir / sweep.RESULT_NAME}")

@@ -67,15 +67,9 @@ def _profile(call, calls: int) -> dict[str, float]:
 
 
 def _versions() -> dict:
-    from importlib import metadata
+    from kdakit.records.provenance import package_versions
 
-    found = {}
-    for dist in ("torch", "triton", "helion", "sglang", "fla-core"):
-        try:
-            found[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            found[dist] = None
-    return found
+    return package_versions(("torch", "triton", "helion", "sglang", "fla-core"))
 
 
 def _inputs(batch: int, tokens: int, heads: int) -> dict:

@@ -92,7 +92,8 @@ def run(
         bench_exit = f"cut short after {bench_budget:.0f} s"
     log(f"per-layer verify: exit {bench_exit} ({time.time() - started:.0f} s)")
     left = max(30.0, budget_s - (time.time() - started))
-    sweep_result = sweep.run(list(sweep.ARMS), cfg, out_dir, left, log=log)
+    arms = list(sweep.ARMS)
+    sweep_result = sweep.run(arms, cfg, out_dir, left, log=log, workers=sweep.default_workers(len(arms)))
     bench = _bench_result(out_dir)
     lines = table.verify_layer_table(bench) if bench else ["per-layer verify: no rows came back"]
     if bench and bench.get("kind") != "kdakit.kernels-bench":

@@ -8,9 +8,10 @@ passes the Helion arm gate and beta rows padded past the tokens with large value
 padding), which the arm must ignore: its output and final states are compared with SGLang's Triton
 `chunk_kda` fed the unpadded rows (relative L2 error, the bench's prefill tolerances).
 
-Each arm runs in a fresh process whose first prefill is T = 1, so a size-one specialization leaking into
-later shapes (Helion traces fold size-one dimensions) shows as later cases failing. Each worker also calls
-the arm's packed decode with a non-power-of-two head dim, which must raise one clear ValueError line.
+Each arm runs in fresh processes (several at once: compilation is CPU work), each of whose first prefill is
+T = 1, so a size-one specialization leaking into later shapes (Helion traces fold size-one dimensions) shows
+as later cases failing. One worker per arm also calls the arm's packed decode with a non-power-of-two head
+dim, which must raise one clear ValueError line.
 
 Rows are appended to `sweep.jsonl` as each case finishes (a run cut short keeps what it measured); the run
 ends with `sweep.json` (summary and rows) and a table. The case list and the summary are pure Python.
@@ -189,11 +190,33 @@ def load_arm(arm: str, upstream_source: str = "auto") -> tuple[Callable, Callabl
     return up.triton_chunk_kda, entry["prefill"], entry["decode"]
 
 
+def shards(case_list: list[Case], n: int) -> list[list[Case]]:
+    """`case_list` split over at most `n` worker processes, every one starting with a T = 1 probe (so each
+    fresh process meets a size-one prefill first), the longer cases dealt round-robin in length order."""
+    probes = [c for c in case_list if c.length == 1]
+    rest = [c for c in case_list if c.length != 1]
+    n = max(1, min(n, len(probes) or 1))
+    return [probes[k::n] + rest[k::n] for k in range(n)]
+
+
+def default_workers(arms: int) -> int:
+    """Worker processes per arm: compilation is CPU work, so half the host's cores shared by the arms
+    (at least one, at most the 12 T = 1 probes of the default sweep)."""
+    return max(1, min(12, (os.cpu_count() or 2) // (2 * max(arms, 1))))
+
+
 def worker(
-    arm: str, cfg: SweepConfig, rows_path: Path, device: str = "cuda", loaded=None, case_list=None
+    arm: str,
+    cfg: SweepConfig,
+    rows_path: Path,
+    device: str = "cuda",
+    loaded=None,
+    case_list=None,
+    decode_check: bool = True,
 ) -> list[dict]:
     """Run `arm`'s cases in this process (the first one T = 1), appending one JSON line per case to
-    rows_path as it finishes, then the decode refusal line. `loaded`: load_arm's triple (tests)."""
+    rows_path as it finishes, then (decode_check) the decode refusal line. `loaded`: load_arm's triple
+    (tests)."""
     triton, fn, decode = loaded or load_arm(arm)
     rows = []
     with open(rows_path, "a") as out:
@@ -221,13 +244,15 @@ def worker(
                 row.update(status="failed", ok=False, error=f"{type(exc).__name__}: {exc}"[:1000])
             row["seconds"] = round(time.time() - t0, 3)
             emit(row)
-        emit({"arm": arm, "check": "decode-non-power-of-two", **decode_refusal(decode, device)})
+        if decode_check:
+            emit({"arm": arm, "check": "decode-non-power-of-two", **decode_refusal(decode, device)})
     return rows
 
 
-def worker_command(arm: str, cfg: SweepConfig, rows_path: Path) -> list[str]:
-    """This interpreter, its flags kept (-P), running worker() for `arm` in a fresh process; modules the
-    parent preloaded as stand-ins (KDAKIT_PRELOAD, comma-separated) are imported first."""
+def worker_command(arm: str, cfg: SweepConfig, rows_path: Path, shard: int = 0, of: int = 1) -> list[str]:
+    """This interpreter, its flags kept (-P), running worker() for `arm`'s shard `shard` of `of` in a fresh
+    process (shard 0 also checks the decode refusal); modules the parent preloaded as stand-ins
+    (KDAKIT_PRELOAD, comma-separated) are imported first."""
     flags = ["-P"] if sys.flags.safe_path else []
     code = (
         "import importlib, json, os, sys\n"
@@ -235,41 +260,60 @@ def worker_command(arm: str, cfg: SweepConfig, rows_path: Path) -> list[str]:
         "from pathlib import Path\n"
         "from kdakit.kernels.tools import sweep\n"
         "cfg = sweep.SweepConfig(**json.loads(sys.argv[2]))\n"
-        "sweep.worker(sys.argv[1], cfg, Path(sys.argv[3]))\n"
+        "shard, of = int(sys.argv[4]), int(sys.argv[5])\n"
+        "mine = sweep.shards(sweep.cases(cfg), of)[shard]\n"
+        "sweep.worker(sys.argv[1], cfg, Path(sys.argv[3]), case_list=mine, decode_check=shard == 0)\n"
     )
-    return [sys.executable, *flags, "-c", code, arm, json.dumps(dataclasses.asdict(cfg)), str(rows_path)]
+    config = json.dumps(dataclasses.asdict(cfg))
+    return [sys.executable, *flags, "-c", code, arm, config, str(rows_path), str(shard), str(of)]
 
 
 def run(
-    arms: Iterable[str], cfg: SweepConfig, out_dir: Path, timeout_s: float, log: Callable[[str], None] = print
+    arms: Iterable[str],
+    cfg: SweepConfig,
+    out_dir: Path,
+    timeout_s: float,
+    log: Callable[[str], None] = print,
+    workers: int = 1,
 ) -> dict:
-    """Every arm's worker in its own fresh process, all at once (compilation is CPU work, the cases are
-    small), each bounded by timeout_s; then the summary, written to sweep.json."""
+    """Every arm's cases in `workers` fresh processes per arm (each starting with T = 1), all at once
+    (compilation is CPU work, the cases are small), bounded together by timeout_s; then the summary,
+    written to sweep.json. An arm's processes share its log file."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows_path = out_dir / ROWS_NAME
-    started = time.time()
-    procs = {}
+    arms = list(arms)
     for arm in arms:
         if arm not in ARMS:
             raise ValueError(f"unknown sweep arm {arm!r}: one of {', '.join(ARMS)}")
-        log_path = out_dir / f"sweep-{arm}.log"
-        with open(log_path, "w") as log_file:
-            procs[arm] = subprocess.Popen(
-                worker_command(arm, cfg, rows_path), stdout=log_file, stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )  # fmt: skip
+    of = len(shards(cases(cfg), workers))
+    started = time.time()
+    procs: dict[str, list[subprocess.Popen]] = {}
+    for arm in arms:
+        with open(out_dir / f"sweep-{arm}.log", "w") as log_file:
+            procs[arm] = [
+                subprocess.Popen(
+                    worker_command(arm, cfg, rows_path, shard, of),
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )  # fmt: skip
+                for shard in range(of)
+            ]
     exits = {}
-    for arm, proc in procs.items():
-        left = max(1.0, timeout_s - (time.time() - started))
-        try:
-            exits[arm] = proc.wait(timeout=left)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            exits[arm] = f"cut short after {timeout_s:.0f} s"
-        log(f"sweep {arm}: worker exit {exits[arm]}")
+    for arm, arm_procs in procs.items():
+        codes = []
+        for proc in arm_procs:
+            left = max(1.0, timeout_s - (time.time() - started))
+            try:
+                codes.append(proc.wait(timeout=left))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                codes.append(f"cut short after {timeout_s:.0f} s")
+        exits[arm] = codes[0] if len(set(map(str, codes))) == 1 else ", ".join(map(str, codes))
+        log(f"sweep {arm}: {of} worker(s), exit {exits[arm]}")
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
-    result = summarize(rows, cfg, list(procs))
+    result = summarize(rows, cfg, arms)
     result.update(duration_s=round(time.time() - started, 1), worker_exits=exits)
     (out_dir / RESULT_NAME).write_text(json.dumps(result, indent=1) + "\n")
     return result

@@ -32,6 +32,20 @@ def interpreter():
             os.environ["TRITON_INTERPRET"] = previous
 
 
+@contextlib.contextmanager
+def fresh_upstream():
+    """kdakit.kernels.tools.upstream for the block, under the interpreter (Triton binds SGLang's kernels to it
+    at import): its load cache and SGLang's modules dropped before the block and after it."""
+    from kdakit.kernels.tools import upstream
+
+    with interpreter():
+        upstream._LOADED.clear()
+        upstream._purge_sglang_modules()
+        yield upstream
+        upstream._LOADED.clear()
+        upstream._purge_sglang_modules()
+
+
 def _randn(shape, gen, device, dtype, scale=1.0):
     return (torch.randn(shape, generator=gen) * scale).to(device=device, dtype=dtype)
 

@@ -66,6 +66,13 @@ class Ledger:
         return sum(1 for r in roots if Path(r).exists() for p in Path(r).rglob("*") if p.is_file())
 
 
+def check_run_roots(ledger: Ledger, *roots: Path) -> None:
+    """A cluster test's closing check: no file under the run roots holds a noted secret, and one log line of
+    what was read."""
+    files, secrets = ledger.assert_clean(*roots), len(ledger.secrets)
+    print(f"key scan: {secrets} secret(s) of every run, {files} file(s) of every run directory: none")
+
+
 def run_noting(ledger: Ledger, cmd: list[str], roots: list[Path], timeout: float, **popen_kw):
     """subprocess.run(cmd, capture_output=True, text=True) that notes the env files under roots every half
     second while cmd runs: a make target that deploys and tears down (ab-*) writes and removes a run's env

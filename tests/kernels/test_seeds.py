@@ -31,8 +31,9 @@ def test_a_bench_cut_short_keeps_its_rows_and_the_sweep_still_runs(tmp_path, mon
         "'error': 'ValueError: K=96'}) + '\\n')"
     )
     monkeypatch.setattr(
-        sweep, "worker_command", lambda arm, cfg, path: [sys.executable, "-c", worker, arm, str(path)]
+        sweep, "worker_command", lambda arm, cfg, path, *shard: [sys.executable, "-c", worker, arm, str(path)]
     )
+    monkeypatch.setattr(sweep, "default_workers", lambda arms: 1)  # one stand-in process per arm
     assert seeds.run(tmp_path, "r", budget_s=5.0, log=lambda m: None) == 1  # the bench was cut short
     printed = capsys.readouterr().out
     assert "| 1 × 6 | 17.30 |" in printed and "(partial: the bench exited cut short after 2 s)" in printed

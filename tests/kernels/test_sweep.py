@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from kdakit.kernels.tools import sweep
-from kdakit.kernels.tools.testing import interpreter
+from kdakit.kernels.tools.testing import fresh_upstream, interpreter
 
 torch = pytest.importorskip("torch")
 
@@ -33,18 +33,12 @@ def test_the_default_sweep_is_the_prs_216_cases_plus_t1_probes_first():
 @pytest.fixture(scope="module")
 def kernels():
     """SGLang's Triton chunk_kda imported under the interpreter, and kdakit's entry points."""
-    from kdakit.kernels.tools import upstream
-
-    with interpreter():
-        upstream._LOADED.clear()
-        upstream._purge_sglang_modules()
+    with fresh_upstream():
         try:
             triton, prefill, decode = sweep.load_arm("helion-kdakit")
         except Exception as exc:  # noqa: BLE001 - no SGLang here: nothing to compare with
             pytest.skip(f"SGLang's kernels unavailable: {exc}")
         yield triton, prefill, decode
-        upstream._LOADED.clear()
-        upstream._purge_sglang_modules()
 
 
 def _work(tmp_path, loaded, cfg=TINY):
@@ -115,9 +109,53 @@ def test_a_worker_cut_short_keeps_its_rows_and_is_named(tmp_path, monkeypatch):
     line = json.dumps(json.dumps(row))
     code = f"import sys, time; open(sys.argv[1], 'a').write({line} + '\\n'); time.sleep(60)"
     monkeypatch.setattr(
-        sweep, "worker_command", lambda arm, cfg, path: [sys.executable, "-c", code, str(path)]
+        sweep, "worker_command", lambda arm, cfg, path, *shard: [sys.executable, "-c", code, str(path)]
     )
     result = sweep.run(["helion-kdakit"], TINY, tmp_path, timeout_s=3, log=lambda m: None)
     assert result["worker_exits"] == {"helion-kdakit": "cut short after 3 s"}
     assert result["summary"]["helion-kdakit"]["run"] == 1 and sweep.any_failure(result)
     assert json.loads((tmp_path / sweep.RESULT_NAME).read_text())["rows"] == [row]
+
+
+def test_an_arm_split_over_workers_starts_every_process_with_t1_and_runs_each_case_once():
+    planned = sweep.cases(sweep.SweepConfig())
+    parts = sweep.shards(planned, 5)
+    assert len(parts) == 5 and all(part[0].length == 1 for part in parts)
+    assert sorted(c.key() for part in parts for c in part) == sorted(c.key() for c in planned)
+    assert max(map(len, parts)) - min(map(len, parts)) <= 2
+    assert len(sweep.shards(planned, 100)) == 12  # never more processes than T = 1 probes
+    assert sweep.shards(planned, 0) == [planned]
+
+
+def test_each_worker_process_runs_its_shard_and_only_the_first_checks_the_decode(tmp_path, monkeypatch):
+    """The real worker command in fresh processes, with worker() replaced by a stand-in module (loaded
+    through KDAKIT_PRELOAD, as the GPU host loads its stubs) that records what each process was given."""
+    (tmp_path / "standin_worker.py").write_text(
+        "import json\n"
+        "from kdakit.kernels.tools import sweep\n"
+        "def worker(arm, cfg, rows_path, case_list=None, decode_check=True):\n"
+        "    with open(rows_path, 'a') as f:\n"
+        "        for c in case_list:\n"
+        "            row = {'arm': arm, **sweep.dataclasses.asdict(c), 'case': c.key(), 'status': 'ok',\n"
+        "                   'ok': True, 'rel_err': {'out': 0.0, 'prefill_state': 0.0}}\n"
+        "            f.write(json.dumps(row) + '\\n')\n"
+        "        if decode_check:\n"
+        "            f.write(json.dumps({'arm': arm, 'check': 'decode-non-power-of-two', 'ok': True,\n"
+        "                                'error': 'ValueError: K=96'}) + '\\n')\n"
+        "sweep.worker = worker\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("KDAKIT_PRELOAD", "standin_worker")
+    cfg = dataclasses.replace(sweep.SweepConfig(), lengths=(1, 2, 3, 64), heads=(4,), precisions=("float32",))
+    result = sweep.run(
+        ["helion-kdakit", "helion-upstream"], cfg, tmp_path / "out", 120, lambda m: None, workers=2
+    )
+    assert result["worker_exits"] == {"helion-kdakit": 0, "helion-upstream": 0}
+    for arm in ("helion-kdakit", "helion-upstream"):
+        s = result["summary"][arm]
+        assert (s["run"], s["passed"], s["probes"]["run"]) == (6, 6, 2), s
+        assert s["first_case"].startswith("T1 ") and s["decode_refusal"]["ok"]
+        keys = [r["case"] for r in result["rows"] if r["arm"] == arm and "case" in r]
+        assert sorted(keys) == sorted(c.key() for c in sweep.cases(cfg))  # every case once
+    assert sum(1 for r in result["rows"] if r.get("check")) == 2  # one decode check per arm
+    assert not sweep.any_failure(result)

@@ -1,6 +1,6 @@
 """`kdakit kernels bench --configs both` on CPU: kdakit's decode/verify under the shipped configs and under
 the module defaults as two arms of one run (helion-kdakit, helion-kdakit-default), the side-by-side table,
-the record still valid against kdakit.result.v1, and the issue 7 targets unaffected by the extra arm."""
+the record still valid against kdakit.result.v1, and the performance targets unaffected by the extra arm."""
 
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def test_without_the_default_arm_nothing_of_it_is_shown():
     assert "default configs" not in printed and "helion-kdakit-default" not in printed
 
 
-def test_the_default_config_arm_is_no_target_of_issue_7():
+def test_the_default_config_arm_is_no_performance_target():
     result = _result()
     result["rows"][0]["arms"]["helion-kdakit-default"] = _entry(20.0)  # faster than kdakit's shipped arm
     verdicts = dict(table.targets(result))

@@ -12,7 +12,7 @@ import json
 
 import pytest
 from kdakit.kernels.tools import bench, table, verify_layer
-from kdakit.kernels.tools.testing import interpreter
+from kdakit.kernels.tools.testing import fresh_upstream, interpreter
 
 torch = pytest.importorskip("torch")
 
@@ -20,12 +20,9 @@ torch = pytest.importorskip("torch")
 @pytest.fixture(scope="module")
 def arms():
     """SGLang's kernels imported under the interpreter (Triton binds kernels to it at import)."""
-    from kdakit.kernels.tools import upstream
     from kdakit.kernels.verify import helion_kda_verify
 
-    with interpreter():
-        upstream._LOADED.clear()
-        upstream._purge_sglang_modules()
+    with fresh_upstream() as upstream:
         try:
             up = upstream.load()
         except Exception as exc:  # noqa: BLE001 - no SGLang here: nothing to compare with
@@ -36,8 +33,6 @@ def arms():
             "verify-layer:conv1d-update": up.conv1d_update,
             "verify-layer:replayssm-commit": _fold,
         }
-        upstream._LOADED.clear()
-        upstream._purge_sglang_modules()
 
 
 def _fold(*, checkpoint_state, rawv_cache, rawk_cache, gk_cache, beta_cache, ssm_state_indices, accept_lens,

@@ -8,9 +8,26 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from kdakit.slurm import jobs, run, script, settings, timing
+
 from kdakit.facts import profiles
 from kdakit.facts.errors import UsageError
-from kdakit.slurm import jobs, run, script, settings
+from kdakit.records import controller_files, paths
+from kdakit.records.visits import plan_of as visits_plan
+
+
+def _run_id(args) -> str:
+    """deploy starts a run (a new id, written to LATEST); the other steps reuse LATEST's."""
+    action = args.slurm_command
+    if action == "teardown" and not args.run_id and paths.read_latest(args.results) is None:
+        return "none"
+    run_id = paths.resolve_run_id(args.results, args.run_id, new=action in ("deploy", "script", "preflight"))
+    if action == "deploy" and not args.dry_run:
+        try:
+            controller_files.write_latest(args.results, run_id)
+        except OSError as exc:
+            raise UsageError(str(exc)) from None
+    return run_id
 
 
 def _context(args) -> run.Context:
@@ -19,7 +36,7 @@ def _context(args) -> run.Context:
         settings=loaded,
         slurm=jobs.Slurm(),
         results=Path(args.results).resolve(),
-        run_id=args.run_id,
+        run_id=_run_id(args),
         sku=args.sku,
         dry_run=args.dry_run,
     )
@@ -35,16 +52,12 @@ def _wrap(fn):
     return go
 
 
-def _ab(args) -> bool:
-    return run.ab(_context(args), args.arms.split(), args.protocol)
-
-
 def _deploy(args) -> bool:
-    return run.deploy(_context(args), args.arm, args.protocol)
+    return run.deploy(_context(args), args.arm, args.protocol or "pr")
 
 
 def _step(args) -> bool:
-    return run.step(_context(args), args.arm, args.step, args.protocol)
+    return run.step(_context(args), args.arm, args.step, args.protocol or "pr")
 
 
 def _collect(args) -> bool:
@@ -55,13 +68,28 @@ def _teardown(args) -> bool:
     return run.teardown(_context(args), args.arm or None)
 
 
+def ab_visit(ctx: run.Context, arms: list[str], protocol: str) -> script.Visit:
+    """The allocation of an A/B (what `kdakit run ab --scheduler slurm` submits)."""
+    from kdakit.facts.protocols import PROTOCOLS_FILE
+
+    protocols = Path(ctx.settings.bench_protocols) if ctx.settings.bench_protocols else PROTOCOLS_FILE
+    visits = visits_plan(protocol, protocols).visits
+    return ctx.visit(arms[0], (), arms=tuple(arms), visits=visits, bench_protocol=protocol)
+
+
 def _script(args) -> bool:
     ctx = _context(args)
-    visit = ctx.visit(
-        args.arm, tuple(args.steps.split(",")), bench_protocol=args.protocol, nodelist=args.nodelist
-    )
-    print(script.render(ctx.settings, visit), end="")
+    arms = args.arms.split() if args.arms else list(profiles.ab_arms())
+    published = profiles.ab_protocols(arms) or {}  # a published A/B's protocols, as `kdakit run` picks them
+    if published.get("gsm8k"):
+        ctx.settings.gsm8k_protocol = published["gsm8k"]
+    protocol = args.protocol or published.get("bench") or "pr"
+    print(script.render(ctx.settings, ab_visit(ctx, arms, protocol)), end="")
     return True
+
+
+def args_protocol(ctx: run.Context) -> str:
+    return getattr(ctx, "protocol", "") or "pr"
 
 
 def preflight_checks(ctx: run.Context) -> list[tuple[bool, str, str]]:
@@ -77,14 +105,9 @@ def preflight_checks(ctx: run.Context) -> list[tuple[bool, str, str]]:
     said = (ping.stdout.strip() or ping.stderr.strip() or "no answer").splitlines()
     checks.append((up, "slurmctld", " ".join(said[0].split()) if up else said[-1].strip()))
     if s.partition:
-        part = subprocess.run(
-            ["scontrol", "show", "partition", "-o", s.partition], capture_output=True, text=True
-        )
-        fields = jobs.parse_fields(part.stdout) if part.returncode == 0 else {}
+        fields = ctx.slurm.partition(s.partition)
         ok = fields.get("State") == "UP"
-        checks.append(
-            (ok, "partition", f"{s.partition}: {fields.get('State', part.stderr.strip() or 'unknown')}")
-        )
+        checks.append((ok, "partition", f"{s.partition}: {fields.get('State', 'unknown')}"))
     if s.runtime == "pyxis":
         help_text = subprocess.run(["srun", "--help"], capture_output=True, text=True).stdout
         checks.append(
@@ -101,7 +124,16 @@ def preflight_checks(ctx: run.Context) -> list[tuple[bool, str, str]]:
         ok = Path(s.image_tarball).is_file() and Path(s.image_tarball + ".id").is_file()
         checks.append((ok, "image-tarball", s.image_tarball + ("" if ok else ": missing it or its .id")))
     if up:
-        visit = ctx.visit("triton", ("deploy", "eval-gsm8k", "bench"))
+        visit = ab_visit(ctx, list(profiles.ab_arms()), args_protocol(ctx))
+        limit = script.time_limit(s, visit)[0]
+        fields = ctx.slurm.partition(s.partition)
+        try:
+            timing.check_partition_limit(
+                limit, fields.get("PartitionName", s.partition), fields.get("MaxTime")
+            )
+            checks.append((True, "time-limit", f"--time={limit} within MaxTime {fields.get('MaxTime', '?')}"))
+        except UsageError as exc:
+            checks.append((False, "time-limit", str(exc)))
         run.prepare(ctx)
         path = run.write_script(ctx, visit)
         try:
@@ -131,25 +163,22 @@ def register(sub) -> None:
         q.add_argument("--set", dest="set_values", action="append", default=[], metavar="KEY=VALUE",
                        help="override one setting (repeatable)")  # fmt: skip
         q.add_argument("--results", default="results", help="results folder on storage every node mounts")
-        q.add_argument("--run-id", required=True)
+        q.add_argument("--run-id", default="", help="default: new for deploy, else results/LATEST")
         q.add_argument("--sku", default=profiles.default_sku())
-        q.add_argument("--protocol", default="pr", help="the serving protocol (bench/protocols.toml)")
+        q.add_argument("--protocol", default="", help="serving protocol (default pr, or a published A/B's)")
         q.add_argument("--dry-run", action="store_true", help="print the job script; submit nothing")
         if arm is not None:
             q.add_argument("--arm", default=arm)
         q.set_defaults(func=_wrap(fn))
         return q
 
-    q = common("ab", _ab, "A/B: one job per arm visit, interleaved on the same nodes", arm=None)
-    q.add_argument("--arms", default="triton helion")
     common("deploy", _deploy, "start the server in a held job (returns once every node is ready or failed)")
     q = common("step", _step, "eval-gsm8k or bench in the held job (srun --overlap)")
     q.add_argument("step", choices=("eval-gsm8k", "bench"))
     common("collect", _collect, "scrub and record the results the nodes wrote to shared storage")
     q = common("teardown", _teardown, "cancel the run's jobs; each node's trap stops its server", arm="")
-    q = common("script", _script, "print a visit's job script")
-    q.add_argument("--steps", default="deploy,eval-gsm8k,bench")
-    q.add_argument("--nodelist", default="")
+    q = common("script", _script, "print the A/B allocation's job script", arm=None)
+    q.add_argument("--arms", default="", help="the arms in order (default: arms.toml's ab)")
     common(
         "preflight", _preflight, "check Slurm, the partition, the runtime and sbatch --test-only", arm=None
     )

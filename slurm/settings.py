@@ -26,7 +26,21 @@ class SlurmSettings:
     gpus_per_node: int = 4
     exclusive: bool = True
     requeue: bool = False  # false: --no-requeue (a requeued visit would break the interleaving)
-    time_limit: str = ""  # Slurm time (e.g. "2:00:00"); empty: from the protocols' bounds
+    nodelist: str = ""  # e.g. "gpu[01-02]": must name `nodes` nodes (checked before sbatch)
+    # --time: the run's expected duration (the rates below) x (1 + time_margin) + signal_lead_s, capped at
+    # max_time (the site's cap; a partition whose MaxTime is smaller refuses the run); time_limit replaces it
+    time_limit: str = ""
+    time_margin: float = 0.5
+    max_time: str = ""
+    expected_ready_s: float = 900.0  # image start, weights, CUDA graphs: the server's usual start
+    expected_prefill_tok_s: float = 20000.0  # input tokens a second, whole server
+    expected_decode_tok_s: float = 40.0  # output tokens a second, one request (MTP on)
+    expected_answer_tokens: float = 400.0  # a GSM8K answer's usual length
+    # --signal=B:TERM@signal_lead_s: the batch step's trap passes TERM to the steps; each server then gets
+    # TERM and up to stop_grace_s for SGLang's graceful shutdown before KILL
+    signal_lead_s: int = 180
+    stop_grace_s: int = 60
+    schedule_memory: bool = False  # true where the site schedules memory: --mem=0 (all of each node's memory)
     pending_timeout_s: float = 1800.0  # a visit still pending after this is cancelled, with Slurm's reason
     poll_s: float = 5.0
     extra_sbatch: list[str] = field(default_factory=list)  # more #SBATCH options, e.g. ["--constraint=h200"]
@@ -38,6 +52,10 @@ class SlurmSettings:
     image_tarball: str = ""
     server_image_tarball: str = ""
     squashfs: str = ""  # pyxis: the image as an enroot squashfs on shared storage (make image-squashfs)
+    # pyxis: Triton, Helion and Inductor write their caches; a writable container, or a cache folder on node
+    # storage mounted at /kdakit-cache (or both)
+    container_writable: bool = True
+    cache_dir: str = ""
     docker_host: str = "unix:///var/run/docker.sock"  # {node}: the node's Slurm name
     docker_cli: str = "docker"
     use_gpus: bool = True
@@ -69,6 +87,16 @@ class SlurmSettings:
             raise UsageError(
                 "slurm runtime pyxis needs squashfs = the image as an enroot squashfs on shared storage "
                 "(make image-squashfs)"
+            )
+        if self.runtime == "pyxis" and not (self.container_writable or self.cache_dir):
+            raise UsageError(
+                "slurm runtime pyxis needs a writable Triton/Helion cache: container_writable = true or "
+                "cache_dir = a folder on the nodes"
+            )
+        if self.stop_grace_s + 30 > self.signal_lead_s:
+            raise UsageError(
+                f"slurm signal_lead_s {self.signal_lead_s} must exceed stop_grace_s {self.stop_grace_s} by "
+                "30 s or more: the trap stops the servers within the lead"
             )
         if self.nodes < 1 or self.gpus_per_node < 0:
             raise UsageError(f"slurm nodes {self.nodes} / gpus_per_node {self.gpus_per_node}: out of range")

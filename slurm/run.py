@@ -8,19 +8,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kdakit.launch import access
-from kdakit.records import provenance
 from kdakit.slurm import jobs
-from kdakit.slurm.script import STATE_DIR, Visit, bench_protocol_table, render
+from kdakit.slurm.script import STATE_DIR, Visit, node_argv, render
 from kdakit.slurm.settings import SlurmSettings
 
-WAIT_READY = (
-    Path(__file__).resolve().parents[2] / "playbooks" / "roles" / "server" / "files" / "wait_ready.py"
-)
+from kdakit.launch import access, wait_ready
+from kdakit.records import paths, provenance
+
+# The node part's helpers, copied into the run's slurm/ folder on shared storage: standard library only
+HOST_SCRIPTS = (Path(wait_ready.__file__), Path(access.__file__))
 NO_NODE = STATE_DIR  # the provenance "host" of a visit that never got a node (pending past its bound)
 # How long a step cut short waits for Slurm to say how its job ended.
 STEP_END_WAIT_S = 60
@@ -40,7 +39,7 @@ class Context:
 
     @property
     def run_dir(self) -> Path:
-        return self.results / self.run_id
+        return paths.run_dir(self.results, self.run_id)
 
     def visit(self, arm: str, steps: tuple[str, ...], **kw) -> Visit:
         return Visit(run_id=self.run_id, arm=arm, sku=self.sku, run_dir=self.run_dir, steps=steps, **kw)
@@ -52,7 +51,8 @@ def prepare(ctx: Context) -> None:
     state = ctx.run_dir / STATE_DIR / "state"
     state.mkdir(parents=True, exist_ok=True)
     state.chmod(0o700)
-    shutil.copyfile(WAIT_READY, ctx.run_dir / STATE_DIR / "wait_ready.py")
+    for source in HOST_SCRIPTS:
+        shutil.copyfile(source, ctx.run_dir / STATE_DIR / source.name)
     env_file = state / "server.env"
     previous = env_file.read_text() if env_file.exists() else ""
     keys = "" if ctx.settings.server_open else access.env_file_lines(ctx.run_id, previous)
@@ -129,7 +129,30 @@ def record(ctx: Context, arm: str, step: str, hosts: list[dict]) -> list[str]:
     return lines
 
 
-def slurm_facts(ctx: Context, visit: Visit, end: jobs.JobEnd | None, job_id: str) -> dict:
+def record_outcomes(ctx: Context, arm: str, of_node: dict[str, list[tuple[str, str, str]]]) -> bool:
+    """Every node's (step, outcome, cause) rows recorded, one record per step over the nodes; True when all
+    are ok."""
+    per_step: dict[str, list[dict]] = {}
+    all_ok = True
+    for node, rows in of_node.items():
+        for step, outcome, cause in rows:
+            per_step.setdefault(step, []).append({"host": node, "outcome": outcome, "cause": cause})
+            all_ok &= outcome == "ok"
+    for step, hosts in per_step.items():
+        record(ctx, arm, step, hosts)
+    return all_ok
+
+
+def collect_outcome(ctx: Context, node: str, arm: str, secrets: list[str]) -> tuple[str, str, str]:
+    """The controller's collect of a node's results (on shared storage already): the run's keys scrubbed from
+    them; failed when the node wrote none."""
+    node_dir = paths.host_dir(ctx.results, ctx.run_id, node, arm)
+    access.scrub_tree(node_dir, secrets)
+    ok = node_dir.is_dir()
+    return ("collect", "ok" if ok else "failed", "" if ok else f"no results under {node_dir}")
+
+
+def slurm_facts(ctx: Context, visit: Visit, end: jobs.JobEnd | None, job_id: str, visit_no: int = 1) -> dict:
     fields = end.fields if end is not None else {}
     try:
         version = ctx.slurm.version()
@@ -138,7 +161,7 @@ def slurm_facts(ctx: Context, visit: Visit, end: jobs.JobEnd | None, job_id: str
     return {
         "job_id": job_id,
         "job_name": visit.job_name,
-        "visit": visit.visit,
+        "visit": visit_no,
         "node_list": fields.get("NodeList"),
         "partition": fields.get("Partition"),
         "state": end.state if end is not None else "RUNNING",
@@ -151,7 +174,7 @@ def slurm_facts(ctx: Context, visit: Visit, end: jobs.JobEnd | None, job_id: str
 
 def add_facts(ctx: Context, node: str, arm: str, facts: dict) -> None:
     """Provenance facts of a node's visit: the latest job as `slurm`, every job of the run in `slurm_jobs`."""
-    path = provenance.host_dir(ctx.results, ctx.run_id, node, arm) / provenance.PROVENANCE_FILE
+    path = paths.provenance_path(ctx.results, ctx.run_id, node, arm)
     try:
         earlier = json.loads(path.read_text()).get("slurm_jobs") or []
     except (OSError, ValueError):
@@ -193,20 +216,14 @@ def finish_visit(ctx: Context, visit: Visit, job_id: str, end: jobs.JobEnd, cont
     nodes = end.nodes or sorted(status) or [NO_NODE]
     steps = tuple(s for s in visit.steps if s != "hold")
     secrets = run_secrets(ctx)
-    all_ok = True
-    per_step: dict[str, list[dict]] = {}
+    of_node = {}
     for node in nodes:
         rows = status.get(node, [])
-        outcomes = node_outcomes(steps, rows, end)
+        outcomes = of_node[node] = node_outcomes(steps, rows, end)
         if node == NO_NODE:
             outcomes += [(s, "skipped", "no node was allocated") for s in controller_steps]
         elif "collect" in controller_steps:
-            node_dir = provenance.host_dir(ctx.results, ctx.run_id, node, visit.arm)
-            access.scrub_tree(node_dir, secrets)
-            ok = node_dir.is_dir()
-            outcomes.append(
-                ("collect", "ok" if ok else "failed", "" if ok else f"no results under {node_dir}")
-            )
+            outcomes.append(collect_outcome(ctx, node, visit.arm, secrets))
         if "teardown" in controller_steps and node != NO_NODE:
             started = any(r[0] == "deploy" and r[1] == "started" for r in rows)
             if not started or server_stopped(rows):
@@ -215,11 +232,7 @@ def finish_visit(ctx: Context, visit: Visit, job_id: str, end: jobs.JobEnd, cont
                 outcomes.append(("teardown", "failed",
                                  f"no word from {node} that its server stopped after job {job_id} ended "
                                  f"{end.state}: check the node before reusing it"))  # fmt: skip
-        for step, outcome, cause in outcomes:
-            per_step.setdefault(step, []).append({"host": node, "outcome": outcome, "cause": cause})
-            all_ok &= outcome == "ok"
-    for step, hosts in per_step.items():
-        record(ctx, visit.arm, step, hosts)
+    all_ok = record_outcomes(ctx, visit.arm, of_node)
     facts = slurm_facts(ctx, visit, end, job_id)
     for node in nodes:
         if node != NO_NODE:
@@ -227,52 +240,6 @@ def finish_visit(ctx: Context, visit: Visit, job_id: str, end: jobs.JobEnd, cont
     if not end.ok:
         ctx.say(f"slurm: {end.cause}")
     return all_ok and end.ok
-
-
-def run_visit(ctx: Context, visit: Visit, validate_first: bool = False) -> tuple[bool, str]:
-    """One arm visit as one job, followed to its end: (all ok, the job's node list)."""
-    job_id = submit_visit(ctx, visit, validate_first)
-    if job_id is None:
-        return True, visit.nodelist
-    end = ctx.slurm.wait(
-        job_id, pending_timeout_s=ctx.settings.pending_timeout_s, poll_s=ctx.settings.poll_s, say=ctx.say
-    )
-    ok = finish_visit(ctx, visit, job_id, end, controller_steps=("collect", "teardown"))
-    return ok, end.fields.get("NodeList", "") if end.nodes else ""
-
-
-def ab(ctx: Context, arms: list[str], bench_protocol: str) -> bool:
-    """Every arm visit as its own job: triton, helion (interleaved `repeats` times for a rigorous protocol,
-    until the stopping rule says stop for a sequential one; later visits on the first allocation's nodes
-    through --nodelist); GSM8K on the first visit only."""
-    protocol = bench_protocol_table(ctx.settings).get(bench_protocol)
-    if protocol is None:
-        from kdakit.facts.errors import UsageError
-
-        raise UsageError(f"unknown bench protocol {bench_protocol!r}")
-    prepare(ctx)
-    visits, nodelist, all_ok, validated = protocol.repeats, "", True, False
-    started = time.monotonic()
-    for k in range(1, visits + 1):
-        for arm in arms:
-            steps = ("deploy", "eval-gsm8k", "bench") if k == 1 else ("deploy", "bench")
-            visit = ctx.visit(
-                arm, steps, visit=k, visits=visits, bench_protocol=bench_protocol, nodelist=nodelist
-            )
-            ctx.say(f"== slurm {arm} visit {k} of {visits} (run {ctx.run_id}): {' '.join(steps)}")
-            ok, nodes = run_visit(ctx, visit, validate_first=not validated)
-            validated = True
-            all_ok &= ok
-            if visits > 1 and not nodelist and nodes:
-                nodelist = nodes  # the later visits run on these nodes
-        if protocol.sequential:  # visits until the stopping rule says stop (at most its max_visits)
-            from kdakit.records import sequential
-
-            decision = sequential.decide(ctx.run_dir, bench_protocol, elapsed_s=time.monotonic() - started)
-            ctx.say(f"== slurm after visit {k}: {decision.reason}")
-            if decision.stop:
-                break
-    return all_ok
 
 
 # Single steps: a held job (deploy + hold) keeps the server up between make targets.
@@ -283,8 +250,7 @@ def held_path(ctx: Context, arm: str) -> Path:
 def deploy(ctx: Context, arm: str, bench_protocol: str) -> bool:
     """Submit a job that deploys and then holds the server, and return once every node's deploy ended."""
     prepare(ctx)
-    time_limit = ctx.settings.time_limit or _held_time(ctx, bench_protocol)
-    visit = ctx.visit(arm, ("deploy", "hold"), bench_protocol=bench_protocol, time_limit=time_limit)
+    visit = ctx.visit(arm, ("deploy", "hold"), bench_protocol=bench_protocol)
     job_id = submit_visit(ctx, visit, validate_first=True)
     if job_id is None:
         return True
@@ -308,21 +274,10 @@ def deploy(ctx: Context, arm: str, bench_protocol: str) -> bool:
     return finish_visit(ctx, replace(visit, steps=("deploy",)), job_id, end)
 
 
-def _held_time(ctx: Context, bench_protocol: str) -> str:
-    from kdakit.slurm.script import bound_seconds, slurm_time
-
-    return slurm_time(bound_seconds(ctx.settings, ("deploy", "eval-gsm8k", "bench"), bench_protocol))
-
-
 def _record_steps(ctx: Context, visit: Visit, job_id: str, end: jobs.JobEnd) -> bool:
     status = node_status(ctx.run_dir, job_id)
-    all_ok, per_step = True, {}
-    for node in end.nodes:
-        for step, outcome, cause in node_outcomes(visit.steps, status.get(node, []), None):
-            per_step.setdefault(step, []).append({"host": node, "outcome": outcome, "cause": cause})
-            all_ok &= outcome == "ok"
-    for step, hosts in per_step.items():
-        record(ctx, visit.arm, step, hosts)
+    of_node = {node: node_outcomes(visit.steps, status.get(node, []), None) for node in end.nodes}
+    all_ok = record_outcomes(ctx, visit.arm, of_node)
     facts = slurm_facts(ctx, visit, end, job_id)
     for node in end.nodes:
         add_facts(ctx, node, visit.arm, facts)
@@ -346,7 +301,6 @@ def step(ctx: Context, arm: str, name: str, bench_protocol: str) -> bool:
     """eval-gsm8k or bench as a job step of the held job (srun --jobid --overlap), on each of its nodes."""
     job_id, fields = held_job(ctx, arm)
     state = jobs.base_state(fields.get("JobState", ""))
-    visit = ctx.visit(arm, (name,), bench_protocol=bench_protocol)
     nodes = ctx.slurm.hostnames(fields.get("NodeList", ""))
     if state != "RUNNING":
         cause = (
@@ -363,30 +317,41 @@ def step(ctx: Context, arm: str, name: str, bench_protocol: str) -> bool:
             )
             and False
         )
-    held_script = Path(json.loads(held_path(ctx, arm).read_text())["script"])
-    argv = ["srun", f"--jobid={job_id}", "--overlap", f"--nodes={len(nodes)}", "--ntasks-per-node=1",
-            "--kill-on-bad-exit=0"]  # fmt: skip
-    if ctx.settings.runtime == "pyxis":
-        from kdakit.slurm.script import container_flags
-
-        argv += [f.replace("$SLURM_JOB_ID", job_id) for f in container_flags(ctx.settings, visit)]
-    argv += ["bash", str(held_script), "node", name]
     if ctx.dry_run:
-        ctx.say(" ".join(argv))
+        ctx.say(" ".join(node_argv(ctx.settings, ctx.visit(arm, ("deploy", "hold")), arm, 1, (name,), job_id,
+                                   len(nodes))))  # fmt: skip
         return True
     ctx.say(f"slurm: {name} in job {job_id} on {','.join(nodes)}")
+    outcomes, _ = job_step(ctx, job_id, ctx.visit(arm, ("deploy", "hold")), arm, 1, (name,), nodes)
+    hosts = [{"host": n, "outcome": rows[0][1], "cause": rows[0][2]} for n, rows in outcomes.items()]
+    record(ctx, arm, name, hosts)
+    return all(h["outcome"] == "ok" for h in hosts)
+
+
+def job_step(
+    ctx: Context, job_id: str, visit: Visit, arm: str, visit_no: int, steps: tuple[str, ...], nodes: list[str]
+) -> tuple[dict[str, list[tuple[str, str, str]]], jobs.JobEnd | None]:
+    """Run the node part's steps as one job step of a running job on each of its nodes, and read what every
+    node said: {node: [(step, outcome, cause)]}, and the job's end when the step was cut short by it."""
     import subprocess
 
+    argv = node_argv(ctx.settings, visit, arm, visit_no, steps, job_id, len(nodes))
     before = {n: len(r) for n, r in node_status(ctx.run_dir, job_id).items()}
     subprocess.run(argv, env={**os.environ, "SLURM_JOB_ID": job_id}, check=False)
     after = node_status(ctx.run_dir, job_id)
     fields = ctx.slurm.state(job_id) or {}
     state = jobs.base_state(fields.get("JobState", ""))
-    unfinished = any(
-        not any(r[0] == name and r[1] in ("ok", "failed", "skipped") for r in after.get(n, [])) for n in nodes
-    )
+
+    def unfinished() -> bool:
+        rows = {n: after.get(n, [])[before.get(n, 0) :] for n in nodes}
+        return any(
+            not any(r[0] == s and r[1] in ("ok", "failed", "skipped") for r in rows[n])
+            for n in nodes
+            for s in steps
+        )
+
     deadline = ctx.slurm.clock() + STEP_END_WAIT_S
-    while unfinished and state in jobs.ACTIVE and ctx.slurm.clock() < deadline:
+    while unfinished() and state in jobs.ACTIVE and ctx.slurm.clock() < deadline:
         # the step was cut short: Slurm may still be ending the job (node failure, cancel, time limit)
         ctx.slurm.sleep(ctx.settings.poll_s)
         fields = ctx.slurm.state(job_id) or {}
@@ -396,14 +361,11 @@ def step(ctx: Context, arm: str, name: str, bench_protocol: str) -> bool:
         if state in jobs.ACTIVE
         else jobs.JobEnd(job_id, state, ctx.slurm.end_cause(job_id, state, fields, nodes), fields, nodes)
     )
-    hosts, all_ok = [], True
-    for n in nodes:
-        new_rows = after.get(n, [])[before.get(n, 0) :]
-        ((_, outcome, cause),) = node_outcomes((name,), new_rows, end)
-        hosts.append({"host": n, "outcome": outcome, "cause": cause})
-        all_ok &= outcome == "ok"
-    record(ctx, arm, name, hosts)
-    return all_ok
+    if end is None and unfinished():
+        cut = f"job step of job {job_id} ended before its node part finished"
+        end = jobs.JobEnd(job_id, state, cut, fields,
+                          nodes)  # fmt: skip
+    return {n: node_outcomes(steps, after.get(n, [])[before.get(n, 0) :], end) for n in nodes}, end
 
 
 def collect(ctx: Context, arm: str) -> bool:

@@ -143,6 +143,15 @@ class Slurm:
                 self.sleep(1)
         return {}
 
+    def partition(self, name: str) -> dict:
+        """The partition's scontrol record (the default partition when name is empty); {} when unknown."""
+        proc = self._cmd(["scontrol", "show", "partition", "-o", *([name] if name else [])], check=False)
+        records = [parse_fields(line) for line in proc.stdout.splitlines() if "PartitionName=" in line]
+        if name:
+            return records[0] if records else {}
+        default = [r for r in records if r.get("Default") == "YES"]
+        return default[0] if default else {}
+
     def cancel(self, job_id: str) -> None:
         self._cmd(["scancel", job_id], check=False)
 
@@ -242,7 +251,7 @@ def end_cause(job_id: str, state: str, fields: dict) -> str:
     if state == "TIMEOUT":
         return (
             f"job {job_id} hit its time limit of {fields.get('TimeLimit', '?')}. Fix: raise time_limit in "
-            "the Slurm settings (empty: the protocols' bounds)"
+            "the Slurm settings (empty: the expected duration with its margin)"
         )
     if state == "FAILED":
         return f"job {job_id} failed (exit code {fields.get('ExitCode', '?')})"
