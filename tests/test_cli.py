@@ -43,3 +43,39 @@ def test_every_command_and_subcommand_describes_itself_to_users():
         return missing
 
     assert undescribed(parser, "kdakit") == []
+
+
+def test_every_command_the_docs_show_parses_and_names_real_choices():
+    """The `kdakit ...` commands in the READMEs, as a user copies them: argparse accepts every option and
+    choice they name (arguments they leave out, such as --base-url, are the reader's to add), and a kernel
+    bench's --phases names phases the bench has."""
+    import contextlib
+    import io
+    import re
+    import shlex
+    from pathlib import Path
+
+    from kdakit.kernels.tools.bench import PHASES
+
+    repo = Path(__file__).resolve().parent.parent
+    parser = cli.build_parser()
+    wrong, seen = [], 0
+    for doc in sorted(repo.glob("*/README.md")) + [repo / "README.md"]:
+        for span in re.findall(r"`(kdakit [^`]+)`", doc.read_text()):
+            argv = shlex.split(span)[1:]
+            if "..." in argv:  # a placeholder for more arguments
+                continue
+            seen += 1
+            err = io.StringIO()
+            try:
+                with contextlib.redirect_stderr(err):
+                    args = parser.parse_args(argv)
+            except SystemExit as exc:
+                said = err.getvalue().strip().splitlines()[-1:] or [""]
+                if exc.code and not re.search(r"are required|expected one argument", said[0]):
+                    wrong.append(f"{doc.relative_to(repo)}: {span}: {said[0]}")
+                continue
+            phases = getattr(args, "phases", None)
+            if isinstance(phases, str) and set(phases.split(",")) - set(PHASES):
+                wrong.append(f"{doc.relative_to(repo)}: {span}: --phases outside {', '.join(PHASES)}")
+    assert seen > 20 and not wrong, "\n".join(wrong)
