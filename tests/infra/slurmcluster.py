@@ -82,9 +82,39 @@ class SlurmCluster:
         return "\n".join(out)
 
     def down(self) -> None:
+        """Jobs cancelled first (a test cut short leaves a held allocation), then the daemons, then whatever
+        of this cluster outlived them: slurmstepd and srun processes carry its SLURM_CONF."""
+        if "slurmctld" in self.pids:
+            try:
+                self.cli("scancel", "--partition=gpu", check=False, timeout=15)
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline and self.cli("squeue", "-h", check=False).stdout:
+                    time.sleep(0.5)
+            except subprocess.TimeoutExpired:
+                pass
         for name, pid in reversed(list(self.pids.items())):
             _stop(pid, name)
         self.pids.clear()
+        for pid in _processes_with_env(f"SLURM_CONF={self.conf}"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _processes_with_env(entry: str) -> list[int]:
+    """PIDs of processes whose environment holds `entry` exactly (this cluster's steps and clients)."""
+    want = entry.encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if want in (proc / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 def _stop(pid: int, name: str) -> None:
