@@ -143,6 +143,12 @@ def kit_containers(host) -> list[str]:
     return sorted(c for c in containers(host) if c.startswith("kdakit-"))
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """SIGINT at its default in the make under test, as in a terminal: a test session started with `&` from a
+    script has SIGINT ignored, which its children inherit and a shell's trap then cannot take."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(
     cluster, step: str, run_id: str, sig: int, container: str, limit: str
 ) -> subprocess.CompletedProcess:
@@ -153,7 +159,8 @@ def _interrupt(
            f"INVENTORY={cluster['inventory']}", f"RESULTS={cluster['work'] / 'results'}", f"RUN_ID={run_id}",
            extra]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=dict(os.environ, ANSIBLE_NOCOLOR="1"))  # fmt: skip
+                            start_new_session=True, preexec_fn=_sigint_as_at_a_terminal,
+                            env=dict(os.environ, ANSIBLE_NOCOLOR="1"))  # fmt: skip
     hosts = [cluster["hosts"][h] for h in limit.split(":")]
     deadline = time.monotonic() + 120
     while not all(container in containers(h) for h in hosts):
