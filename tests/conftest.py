@@ -85,7 +85,8 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_unconfigure(config):
     # after pytest's own closing line, so that they are the run's last words
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    lines = getattr(config, "kdakit_checkout_lines", []) + getattr(config, "kdakit_package_lines", [])
+    lines = getattr(config, "kdakit_keyscan_lines", []) + getattr(config, "kdakit_checkout_lines", [])
+    lines += getattr(config, "kdakit_package_lines", [])
     for line in lines if reporter else []:
         reporter.write_line(line, yellow=True, bold=True)
 
@@ -103,7 +104,11 @@ def pytest_sessionfinish(session):
         lines = [f"kdakit: the tests left {len(left)} path(s) in the checkout {checkout.REPO}:"] + left[:20]
         session.config.kdakit_checkout_lines = lines
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    from tests.infra import images
+    from tests.infra import images, keyscan
 
+    scans = keyscan.session_scans()
+    if scans is not None and scans.exists():  # what the cluster tests' key scans read: the run's last words
+        session.config.kdakit_keyscan_lines = scans.read_text().splitlines()
+        scans.unlink()
     if images.session_used_cache():
         images.prune_cache()

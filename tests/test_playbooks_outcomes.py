@@ -265,3 +265,19 @@ def test_a_read_only_results_folder_stops_collect_with_one_line_per_host(rig, tm
         " writable (or pass RESULTS=<another folder>) and run make collect again)"
     )
     assert "Unable to create local directories" not in collect.stdout  # no fetch tried, no error per file
+
+
+def test_a_clean_key_scan_leaves_its_line_for_the_sessions_summary(tmp_path, monkeypatch):
+    from tests.infra import images, keyscan
+
+    monkeypatch.setattr(images, "CACHE", tmp_path / "cache")
+    monkeypatch.setenv(images.SESSION_ENV, "s1")
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/test_x_cluster.py::test_y (teardown)")
+    run = tmp_path / "results" / "r1"
+    run.mkdir(parents=True)
+    (run / "bench.log").write_text("api_key=<redacted>\n")
+    keyscan.check_run_roots(keyscan.Ledger("k" * 32), tmp_path / "results")
+    assert keyscan.session_scans() == tmp_path / "cache" / "sessions" / "s1" / "key-scans.txt"
+    assert keyscan.session_scans().read_text().splitlines() == [
+        "key scan, tests/test_x_cluster.py: 1 secret(s) of its runs, 1 file(s) of its run directories: none"
+    ]

@@ -114,6 +114,12 @@ def _ledger() -> Path | None:
     return CACHE / "sessions" / session if session else None
 
 
+def session_file(name: str) -> Path | None:
+    """A file of this test session's own, in its ledger (removed with it)."""
+    ledger = _ledger()
+    return ledger / name if ledger is not None else None
+
+
 def note_session_use(what: object) -> None:
     """Note in this session's ledger that it uses what (a cache entry's path, an image, a host engine)."""
     ledger = _ledger()

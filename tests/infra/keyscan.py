@@ -9,9 +9,11 @@ roots for every key noted so far.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from kdakit.launch import access
+from tests.infra import images
 
 # The env file's secrets (the run id beside them is no secret and appears in every path).
 SECRET_NAMES = (access.API_KEY_ENV, access.ADMIN_API_KEY_ENV, "HF_TOKEN")
@@ -67,10 +69,22 @@ class Ledger:
 
 
 def check_run_roots(ledger: Ledger, *roots: Path) -> None:
-    """A cluster test's closing check: no file under the run roots holds a noted secret, and one log line of
-    what was read."""
+    """A cluster test's closing check: no file under the run roots holds a noted secret, and one line of what
+    was read, which the session's summary repeats (tests/conftest.py)."""
     files, secrets = ledger.assert_clean(*roots), len(ledger.secrets)
-    print(f"key scan: {secrets} secret(s) of every run, {files} file(s) of every run directory: none")
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[0] or "a cluster test"
+    line = f"key scan, {test}: {secrets} secret(s) of its runs, {files} file(s) of its run directories: none"
+    print(line)
+    scans = session_scans()
+    if scans is not None:
+        scans.parent.mkdir(parents=True, exist_ok=True)
+        with scans.open("a") as out:
+            out.write(line + "\n")
+
+
+def session_scans() -> Path | None:
+    """This test session's key-scan lines (every xdist worker appends to it)."""
+    return images.session_file("key-scans.txt")
 
 
 def run_noting(ledger: Ledger, cmd: list[str], roots: list[Path], timeout: float, **popen_kw):
