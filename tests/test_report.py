@@ -493,6 +493,13 @@ def test_band_and_points_come_from_the_protocols_file_the_runs_used(tmp_path):
     assert by_key[(4096, 1024, 1)]["verdict"] == "different but inside ±3 %"  # +2 %: inside ±3 %, not ±1 %
     md = report_render.to_markdown(report_sections.build(root, plots=False), "t")
     assert "Protocol rigorous as the runs used it (/site/protocols.toml): band ±3 %, 2 points." in md
+    # The PR's ±1 % claim is judged at its own limit, not at the site protocol's ±3 %: +2 % is outside it.
+    published = report_model.load_published()
+    (claim,) = [row for row in report_sections.claim_rows(report_model.collect(root), published, rows, [])
+                if row["claim"]["kind"] == "serving" and row["claim"]["sku"] == "H200"]  # fmt: skip
+    assert claim["verdict"] == "does not hold", claim
+    assert "0 within ±1 %, 0 different but inside, 1 outside" in claim["evidence"], claim["evidence"]
+    assert report_sections.visits_text(claim) == "5 of 5 planned visit(s)"
 
 
 def test_failed_telemetry_is_reported_as_failed_not_healthy(tmp_path):

@@ -516,14 +516,28 @@ def judge(claim: dict, serving: list[dict], kernels: list[dict]) -> tuple[str, s
     return f"{verdict} by the PR's method", pr_method + missing
 
 
-def claim_decided_at(verdict: str, measured: list[dict]) -> int | None:
-    """The visit after which a claim's verdict was known: holds, when its last point became decisive;
-    does not hold, when its first point was outside at the claim's confidence (None: not decided)."""
+def judged_at_limit(row: dict, limit: float) -> tuple[stats.Judgement, stats.Judgement]:
+    """A serving row's point judgement and its judgement at the claim's confidence, for a ±limit claim: the
+    row's own are at its protocol's band, which a site's protocol may set apart from the claim's limit."""
+    if float(row["band"]) == float(limit):
+        return row["judged"], row["claim_judged"]
+    triton, helion = row["visits"]["triton"], row["visits"]["helion"]
+    point, _ = arm_comparison(triton, helion, limit, definition=row["definition"])
+    family, _ = arm_comparison(triton, helion, limit, confidence=row["family_confidence"],
+                               definition=row["definition"])  # fmt: skip
+    return point, family
+
+
+def claim_decided_at(verdict: str, measured: list[dict], limit: float) -> int | None:
+    """The visit after which a ±limit claim's verdict was known: holds, when its last point became
+    decisive; does not hold, when its first point was outside at the claim's confidence (None: not
+    decided)."""
+    judged = [judged_at_limit(r, limit) for r in measured]
     if verdict.startswith(stats.HOLDS):
-        found = [r["judged"].decided_at for r in measured]
+        found = [point.decided_at for point, _ in judged]
         return max(found) if found and all(found) else None
     if verdict == stats.DOES_NOT_HOLD:
-        found = [r["claim_judged"].decided_at for r in measured if r["claim_kind"] == stats.OUTSIDE]
+        found = [family.decided_at for _, family in judged if family.kind == stats.OUTSIDE]
         return min(v for v in found if v) if any(found) else None
     return None
 
@@ -531,12 +545,15 @@ def claim_decided_at(verdict: str, measured: list[dict]) -> int | None:
 def _judge_by_intervals(
     claim: dict, measured: list[dict], unmeasured: int, pr_method: str
 ) -> tuple[str, str]:
-    """A ±limit claim on the points' verdicts (stats.claim_kinds, the rule the calibration simulates)."""
-    kinds = [r["kind"] for r in measured]
+    """A ±limit claim on the points' verdicts at its limit (stats.claim_kinds, the rule the calibration
+    simulates)."""
+    judged = [judged_at_limit(r, claim["limit"]) for r in measured]
+    kinds = [point.kind for point, _ in judged]
+    family_kinds = [family.kind for _, family in judged]
     count = {k: kinds.count(k) for k in stats.KINDS}
-    family_outside = sum(r["claim_kind"] == stats.OUTSIDE for r in measured)
+    family_outside = family_kinds.count(stats.OUTSIDE)
     b = f"±{claim['limit']:g} %"
-    method = measured[0]["judged"].method
+    method = judged[0][0].method
     evidence = (
         f"95 % {'confidence sequence' if measured[0]['sequential'] else 'intervals'}: "
         f"{count[stats.WITHIN]} within {b}, {count[stats.INSIDE]} different but inside, "
@@ -547,12 +564,12 @@ def _judge_by_intervals(
     if unmeasured:
         evidence += f"; {unmeasured} point(s) missing or failed"
     evidence += f" ({method}). {pr_method}"
-    verdict = str(stats.claim_kinds([kinds], [[r["claim_kind"] for r in measured]])[0])
+    verdict = str(stats.claim_kinds([kinds], [family_kinds])[0])
     if verdict == stats.HOLDS:
         return ("holds" if not unmeasured else "holds where measured"), evidence
     if verdict == stats.DOES_NOT_HOLD:
         return verdict, evidence
-    open_ = [r["judged"] for r in measured if r["kind"] in (stats.CANNOT_TELL, stats.NO_DATA)]
+    open_ = [point for point, _ in judged if point.kind in (stats.CANNOT_TELL, stats.NO_DATA)]
     more = [j.more_visits for j in open_ if j.more_visits]
     if more and len(more) == len(open_):
         m = max(more)

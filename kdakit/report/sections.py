@@ -21,6 +21,7 @@ from kdakit.report.model import (
     fmt,
     fmt_pct,
     judge,
+    judged_at_limit,
     kernel_rows,
     load_published,
     published_serving,
@@ -99,7 +100,7 @@ def visits_text(row: dict) -> str:
         return "—"
     complete = rows[0]["visits_complete"]
     definition = rows[0]["definition"]
-    decided = claim_decided_at(row["verdict"], measured) if measured else None
+    decided = claim_decided_at(row["verdict"], measured, row["claim"]["limit"]) if measured else None
     if not rows[0]["sequential"]:
         planned = definition.get("repeats") or 1
         return f"{complete} of {planned} planned visit(s)"
@@ -132,7 +133,10 @@ def _what_would_change_it(row: dict) -> str:
             f'claim reads "holds" at most 5 % of the time. {new_run}'
         )
     if verdict == stats.DOES_NOT_HOLD:
-        outside = ", ".join(_point_label(r) for r in rows if r["claim_kind"] == stats.OUTSIDE)
+        limit = row["claim"]["limit"]
+        outside = ", ".join(
+            _point_label(r) for r in rows if judged_at_limit(r, limit)[1].kind == stats.OUTSIDE
+        )
         return (
             f"Only an error of the interval of {outside} (judged at {family:.1f} % per point, so identical "
             f'arms read "does not hold" at most 5 % of the time). {new_run}'
