@@ -92,6 +92,13 @@ def args_protocol(ctx: run.Context) -> str:
     return getattr(ctx, "protocol", "") or "pr"
 
 
+CONTROLLER_FIX = (
+    "Fix: run it on a login node of the cluster, whose slurm.conf (or SLURM_CONF=<file>) names the "
+    "controller; the site's settings (partition, runtime, image) go in slurm/site.toml, made from "
+    "slurm/site.example.toml"
+)
+
+
 def preflight_checks(ctx: run.Context) -> list[tuple[bool, str, str]]:
     """(ok, check, detail): Slurm's commands and controller, the partition, the container runtime, and
     sbatch --test-only of an A/B visit's script."""
@@ -103,7 +110,9 @@ def preflight_checks(ctx: run.Context) -> list[tuple[bool, str, str]]:
     ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=60)
     up = ping.returncode == 0 and "UP" in ping.stdout
     said = (ping.stdout.strip() or ping.stderr.strip() or "no answer").splitlines()
-    checks.append((up, "slurmctld", " ".join(said[0].split()) if up else said[-1].strip()))
+    checks.append(
+        (up, "slurmctld", " ".join(said[0].split()) if up else f"{said[-1].strip()}. {CONTROLLER_FIX}")
+    )
     if s.partition:
         fields = ctx.slurm.partition(s.partition)
         ok = fields.get("State") == "UP"

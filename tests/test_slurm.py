@@ -698,3 +698,28 @@ def test_a_published_ab_on_slurm_runs_its_protocols_and_its_servers_environment(
     assert " --env=SGLANG_SIMULATE_ACC_LEN=5 " in server_run, server_run
     plain = script.render(s, _visit(tmp_path, steps=("deploy",), arm="triton", bench_protocol="pr"))
     assert "SERVER_ENV=()" in plain
+
+
+def test_a_preflight_away_from_a_cluster_says_where_to_run_it_and_which_file_to_make(
+    tmp_path, monkeypatch, capsys
+):
+    from kdakit import cli
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("sbatch", "srun", "squeue", "scancel"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+    # what Debian's scontrol says on a machine with no slurm.conf
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\necho 'scontrol: fatal: Could not establish a configuration source' >&2\nexit 1\n"
+    )
+    for path in bin_dir.iterdir():
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    assert cli.main(["slurm", "preflight", "--results", str(tmp_path / "results"), "--run-id", "p1"]) != 0
+    rows = capsys.readouterr().out.splitlines()
+    (row,) = [r for r in rows if r.startswith("FAIL slurmctld: ")]
+    assert row.startswith(
+        "FAIL slurmctld: scontrol: fatal: Could not establish a configuration source. Fix: "
+    )
+    assert "login node" in row and "slurm/site.toml, made from slurm/site.example.toml" in row
