@@ -20,7 +20,12 @@ sys.path.insert(0, str(REPO / "images"))
 import build_steps  # noqa: E402
 
 
-def make(*args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess, float]:
+# A failing preflight is one Ansible play on localhost: seconds on a quiet machine, 47 s seen on a 2-core one
+# under two test sessions; an image build or pull takes many minutes.
+PREFLIGHT_BOUND_S = 90
+
+
+def make(*args: str, timeout: float = 180) -> tuple[subprocess.CompletedProcess, float]:
     if not (Path(sys.executable).parent / "ansible-playbook").exists():
         pytest.skip("ansible-playbook not installed (pip install -e '.[controller]')")
     t0 = time.monotonic()
@@ -34,7 +39,7 @@ def test_preflight_without_gpus_is_one_table_and_fails_fast(tmp_path):
     proc, seconds = make(
         "preflight", "SKU=h200", "PREFLIGHT_BUILD=1", "EXTRA=-e kdakit_nvidia_smi=/nonexistent"
     )
-    assert proc.returncode != 0 and seconds < 30
+    assert proc.returncode != 0 and seconds < PREFLIGHT_BOUND_S
     out = proc.stdout.splitlines()
     assert out[0].split() == ["host", "check", "status", "value", "fix"]
     rows = {(line.split()[0], line.split()[1]): line.split()[2] for line in out[1:-1]}
@@ -56,7 +61,7 @@ def test_an_inventory_without_hosts_for_the_sku_is_one_line():
 def test_reproduce_stops_at_preflight_before_any_build(tmp_path):
     proc, seconds = make("reproduce", f"FILE={tmp_path / 'kdakit-h200.tar.zst'}", "DOCKER=/bin/false",
                          "EXTRA=-e kdakit_nvidia_smi=/nonexistent")  # fmt: skip
-    assert proc.returncode != 0 and seconds < 30
+    assert proc.returncode != 0 and seconds < PREFLIGHT_BOUND_S
     assert "preflight: stopping before any image build, pull or load" in proc.stdout
     assert "docker" not in proc.stderr.lower() and "full image build" not in proc.stdout
 
@@ -145,7 +150,7 @@ def test_deploy_refuses_when_the_controller_cannot_hold_the_results(tmp_path):
     (results / "LATEST").write_text("earlier-run\n")
     env_var = "KDAKIT_RESULTS_MB_PER_HOST_ARM=100000000"  # 95 TiB a host arm: no disk here holds that
     proc, seconds = make("deploy-h200", f"RESULTS={results}", "RUN_ID=new-run", env_var)
-    assert proc.returncode != 0 and seconds < 30
+    assert proc.returncode != 0 and seconds < PREFLIGHT_BOUND_S
     line = (proc.stdout + proc.stderr).strip().splitlines()
     refusal = [x for x in line if x.startswith("controller: ")]
     assert len(refusal) == 1, proc.stdout + proc.stderr
