@@ -19,7 +19,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "images"))
 import build_steps  # noqa: E402
 
-
 # A failing preflight is one Ansible play on localhost: seconds on a quiet machine, 47 s seen on a 2-core one
 # under two test sessions; an image build or pull takes many minutes.
 PREFLIGHT_BOUND_S = 90

@@ -72,7 +72,8 @@ def test_identical_arms_with_drift_stop_when_the_claim_holds(tmp_path):
     last = decisions[-1]
     assert last.stop and last.reason == f"decisive after {last.visits} visits: the ±1 % claim holds"
     assert 3 <= last.visits < 20 and not any(d.stop for d in decisions[:-1])
-    assert decisions[0].reason == "continue: 6 of 6 points undecided after 1 visit"
+    first = "continue: 6 of 6 points undecided after 1 visit; the ±1 % claim: cannot tell"
+    assert decisions[0].reason == first
 
 
 def test_a_slower_point_stops_with_does_not_hold(tmp_path):
@@ -120,7 +121,7 @@ def test_the_command_prints_one_json_line(tmp_path):
     argv = [sys.executable, "-m", "kdakit.records.sequential", str(run), "--protocol", "decisive"]
     out = subprocess.run([*argv, "--elapsed-s", "60"], capture_output=True, text=True, check=True)
     (line,) = out.stdout.splitlines()
-    assert json.loads(line) == {"stop": False, "visits": 1,
-                                "reason": "continue: 6 of 6 points undecided after 1 visit"}  # fmt: skip
+    said = "continue: 6 of 6 points undecided after 1 visit; the ±1 % claim: cannot tell"
+    assert json.loads(line) == {"stop": False, "visits": 1, "reason": said}
     with pytest.raises(UsageError, match="not a run folder"):
         sequential.decide(tmp_path / "nowhere", "decisive")

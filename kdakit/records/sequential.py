@@ -165,9 +165,8 @@ def decide(run_dir: Path, protocol: str, *, elapsed_s: float | None = None) -> D
     if decisive:
         return Decision(False, visits, f"continue: decisive, but fewer than the {min_visits} visits the "
                                        f"protocol asks for ({visits})")  # fmt: skip
-    return Decision(
-        False, visits, f"continue: {undecided} of {points} points undecided after {_visits(visits)}"
-    )
+    return Decision(False, visits, f"continue: {undecided} of {points} points undecided after "
+                                   f"{_visits(visits)}; the {band} claim: {claim_text}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
