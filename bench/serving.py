@@ -42,11 +42,11 @@ from rich.progress import (
 from kdakit.facts.errors import UsageError
 from kdakit.facts.protocols import (
     DATASETS,
-    PROTOCOLS_FILE,
     Point,
     Protocol,
     load_protocols,
     protocol_definition,
+    protocols_file,
     server_env_lines,
 )
 from kdakit.launch import access
@@ -238,8 +238,8 @@ class Inputs:
 
 
 def checked_inputs(args: argparse.Namespace) -> Inputs:
-    protocols_file = Path(args.protocols) if args.protocols else PROTOCOLS_FILE
-    protocol = pick_protocol(load_protocols(protocols_file), args.protocol)
+    path = protocols_file(args.protocols)
+    protocol = pick_protocol(load_protocols(path), args.protocol)
     runs = args.runs if args.runs is not None else protocol.runs
     if runs < 1:
         raise UsageError("--runs must be at least 1")
@@ -252,7 +252,7 @@ def checked_inputs(args: argparse.Namespace) -> Inputs:
             )
         if not Path(dataset_path).is_file():
             raise UsageError(f"--dataset-path: no such file {dataset_path}")
-    return Inputs(protocols_file, protocol, runs, dataset, dataset_path)
+    return Inputs(path, protocol, runs, dataset, dataset_path)
 
 
 class Steps:
@@ -531,7 +531,6 @@ if __name__ == "__main__":  # the deploy: python -m kdakit.bench.serving server-
     if sys.argv[1:2] != ["server-env"] or len(sys.argv) not in (3, 4):
         sys.exit("usage: python -m kdakit.bench.serving server-env PROTOCOL [PROTOCOLS_FILE]")
     try:
-        path = Path(sys.argv[3]) if len(sys.argv) == 4 and sys.argv[3] else PROTOCOLS_FILE
-        print(json.dumps(server_env_lines(sys.argv[2], path)))
+        print(json.dumps(server_env_lines(sys.argv[2], sys.argv[3] if len(sys.argv) == 4 else None)))
     except UsageError as exc:
         sys.exit(f"kdakit bench: error: {exc}")

@@ -70,10 +70,7 @@ def _teardown(args) -> bool:
 
 def ab_visit(ctx: run.Context, arms: list[str], protocol: str) -> script.Visit:
     """The allocation of an A/B (what `kdakit run ab --scheduler slurm` submits)."""
-    from kdakit.facts.protocols import PROTOCOLS_FILE
-
-    protocols = Path(ctx.settings.bench_protocols) if ctx.settings.bench_protocols else PROTOCOLS_FILE
-    visits = visits_plan(protocol, protocols).visits
+    visits = visits_plan(protocol, ctx.settings.bench_protocols).visits
     return ctx.visit(arms[0], (), arms=tuple(arms), visits=visits, bench_protocol=protocol)
 
 

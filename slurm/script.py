@@ -88,9 +88,9 @@ slurm_time = timing.slurm_time
 
 
 def bench_protocol_table(settings: SlurmSettings) -> dict:
-    from kdakit.facts.protocols import PROTOCOLS_FILE, load_protocols
+    from kdakit.facts.protocols import load_protocols
 
-    return load_protocols(Path(settings.bench_protocols) if settings.bench_protocols else PROTOCOLS_FILE)
+    return load_protocols(settings.bench_protocols)
 
 
 def server_argv(settings: SlurmSettings, visit: Visit, results: str) -> list[str]:

@@ -57,8 +57,15 @@ class Protocol:
     max_hours: float | None = None
 
 
-def load_protocols(path: Path = PROTOCOLS_FILE) -> dict[str, Protocol]:
-    doc = tomllib.loads(Path(path).read_text())
+def protocols_file(given: str | Path | None = None) -> Path:
+    """The protocols file a run uses: the one given (a site's own), else the built-in one."""
+    return Path(given) if given else PROTOCOLS_FILE
+
+
+def load_protocols(path: str | Path | None = None) -> dict[str, Protocol]:
+    """The protocols of `path` (default: the built-in file), by name."""
+    path = protocols_file(path)
+    doc = tomllib.loads(path.read_text())
     protocols = {}
     for name, table in doc.get("protocol", {}).items():
         table = dict(table)
@@ -93,7 +100,7 @@ def protocol_definition(protocol: Protocol, path: Path) -> dict:
     }  # fmt: skip
 
 
-def server_env_lines(name: str, path: Path = PROTOCOLS_FILE) -> list[str]:
+def server_env_lines(name: str, path: str | Path | None = None) -> list[str]:
     """The protocol's server environment as NAME=VALUE (what the deploy passes to `kdakit serve --env`)."""
     protocols = load_protocols(path)
     if name not in protocols:

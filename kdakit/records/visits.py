@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kdakit.facts.errors import UsageError
+from kdakit.facts.protocols import protocols_file
 
 # Every step of one arm's visit, in order; collect and teardown run whatever happened before.
 VISIT_STEPS = ("deploy", "eval-gsm8k", "bench", "collect", "teardown")
@@ -28,8 +29,10 @@ class Plan:
     max_hours: float | None = None
 
 
-def plan_of(protocol: str, path: Path) -> Plan:
-    """The protocol's visits from a protocols file (kdakit/facts/protocols.toml or a site's copy)."""
+def plan_of(protocol: str, path: str | Path | None = None) -> Plan:
+    """The protocol's visits from the protocols file the bench is given (a site's own, or the built-in
+    kdakit/facts/protocols.toml)."""
+    path = protocols_file(path)
     table = tomllib.loads(Path(path).read_text()).get("protocol", {}).get(protocol)
     if table is None:
         known = ", ".join(tomllib.loads(Path(path).read_text()).get("protocol", {}))

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Protocol
 
 from kdakit.facts.errors import UsageError
-from kdakit.facts.protocols import PROTOCOLS_FILE
 from kdakit.records import controller_files, provenance
 from kdakit.records.paths import RunContext
-from kdakit.records.visits import Plan, visit_steps
-from kdakit.records.visits import plan_of as plan_in
+from kdakit.records.visits import Plan, plan_of, visit_steps
+
+__all__ = ["Backend", "Plan", "plan_of", "run_ab"]
 
 
 class Backend(Protocol):
@@ -28,11 +28,6 @@ class Backend(Protocol):
     def visit(self, run: RunContext, steps: tuple[str, ...]) -> bool: ...
 
     def finish(self, run: RunContext) -> bool: ...
-
-
-def plan_of(protocol: str, protocols_file: str | Path | None = None) -> Plan:
-    """The protocol's visits from the protocols file the bench is given (a site's own, or the built-in)."""
-    return plan_in(protocol, protocols_file or PROTOCOLS_FILE)
 
 
 def _decide(run_dir: Path, protocol: str, elapsed_s: float):
