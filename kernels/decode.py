@@ -234,10 +234,9 @@ def validate_decode_inputs(mixed_qkv, a, b, A_log, dt_bias, initial_state, out, 
     return B, H, HV, K, V
 
 
-# Contract mirror: SGLang's decode contract, by name; `_packed_decode` takes the same tensors positionally
-# and keeps its own signature (its source is hashed into every tuned config).
-# Contract mirror: SGLang 0.5.23's packed decode parameters; the kernel (_packed_decode) and the fp64
-# reference (reference.packed_decode_reference) repeat them, so the three lists look alike.
+# Contract mirror: SGLang 0.5.23's packed decode parameters, by name. The kernel (_packed_decode) takes the
+# same tensors positionally (its source is hashed into every tuned config) and the fp64 reference
+# (reference.packed_decode_reference) repeats them, so the three lists look alike.
 def helion_fused_recurrent_kda_packed_decode(
     mixed_qkv: torch.Tensor,
     a: torch.Tensor,

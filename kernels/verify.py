@@ -243,10 +243,9 @@ def _new_output(v: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(v)
 
 
-# Contract mirror: SGLang's verify contract, by keyword; `_verify` takes the same tensors positionally and
-# keeps its own signature (its source is hashed into every tuned config).
-# Contract mirror: SGLang 0.5.23's verify parameters; the kernel (_verify) takes them in this order under its
-# own names, the fp64 reference (reference.verify_reference) as they are.
+# Contract mirror: SGLang 0.5.23's verify parameters, by keyword. The kernel (_verify) takes the same tensors
+# positionally under its own names (its source is hashed into every tuned config); the fp64 reference
+# (reference.verify_reference) takes them as they are.
 def helion_kda_verify(
     *,
     q: torch.Tensor,
