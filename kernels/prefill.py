@@ -601,6 +601,11 @@ DEFAULT_CONFIGS: dict[str, dict] = {
     "state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},  # [V tile]
 }
 
+# Config fields held fixed while Helion searches a kernel's configs (`kdakit kernels autotune`). The state
+# pass built with 4 warps stops with an illegal memory access on the H200 (triton 3.6: Helion's own default
+# config, its baseline, did so at every bucket), and one such launch poisons the process's CUDA context.
+SEARCH_FIXED: dict[str, dict] = {"state": {"num_warps": 8}}
+
 _FNS = {
     "gate": _gate_cumsum_fn,
     "intra": _intra_chunk_fn,

@@ -282,6 +282,7 @@ class Problem:
     tolerances: tuple[float, ...] | None = None  # per observed tensor; None: by dtype
     seeds: list = field(default_factory=list)  # module configs seeded into the search and timed against it
     settings: dict = field(default_factory=dict)  # extra helion.kernel settings
+    search_settings: dict = field(default_factory=dict)  # extra settings of the search alone
     tuning: dict = field(default_factory=dict)  # extra fields for the file's `tuning`
 
 
@@ -391,11 +392,29 @@ def prefill_problem(job: Job, device, time_us) -> Problem:
     def search_args() -> tuple:  # copies: the search must not touch the check's inputs
         return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
 
+    default = helion.Config(**prefill.DEFAULT_CONFIGS[short])
     return Problem(
-        prefill._FNS[short], helion.Config(**prefill.DEFAULT_CONFIGS[short]), args, outputs + inout,
-        outputs + inout, time, search_args, settings={"ignore_warnings": prefill._IGNORED},
+        prefill._FNS[short], default, args, outputs + inout, outputs + inout, time, search_args,
+        settings={"ignore_warnings": prefill._IGNORED},
+        search_settings=prefill_search_settings(short, default),
         tuning={"method": PREFILL_METHOD, "sequence_lengths": lens, "pool_slots": PREFILL_SLOTS},
     )  # fmt: skip
+
+
+def prefill_search_settings(short: str, default) -> dict:
+    """Helion settings of a prefill kernel's search alone: the fields prefill.SEARCH_FIXED holds for it, and
+    the module default config as the baseline every candidate is checked against (Helion's own default
+    config is no safe baseline: for the state pass it is a 4-warp build)."""
+    import helion
+    from kdakit.kernels import prefill
+
+    baseline = helion.kernel(
+        prefill._FNS[short], static_shapes=False, config=default, ignore_warnings=prefill._IGNORED
+    )
+    settings: dict = {"autotune_baseline_fn": baseline}
+    if short in prefill.SEARCH_FIXED:
+        settings["autotune_config_overrides"] = dict(prefill.SEARCH_FIXED[short])
+    return settings
 
 
 # ------------------------------------------------------------------------------------------- GPU pieces
@@ -515,7 +534,8 @@ def run_job(
         candidates.update({f"seed {i}": cfg for i, cfg in enumerate(problem.seeds, 1)})
         search_started = time.monotonic()
         try:
-            extra = {"settings": problem.settings} if problem.settings else {}
+            settings = {**problem.settings, **problem.search_settings}
+            extra = {"settings": settings} if settings else {}
             seeds = [default, *problem.seeds]
             best = autotune(problem.fn, problem.search_args(), budget_s, effort, seeds=seeds, **extra)
             candidates["autotuned"] = helion.Config.from_dict(dict(best))
