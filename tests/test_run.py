@@ -107,19 +107,41 @@ def test_no_allocation_no_visit_and_a_failed_run(tmp_path):
     assert rc == 1 and backend.visits == [] and backend.finished
 
 
+_PROTOCOL_HEAD = """source = "site"
+backend = "sglang"
+dataset = "random-ids"
+random_range_ratio = 1.0
+seed = 1
+temperature = 0.0
+runs = 1
+warmup = false
+metric = "output_throughput"
+points = [{ input_len = 8, output_len = 8, concurrency = 1, num_prompts = 2 }]
+"""
+
+
 def test_the_protocols_plan_their_visits(tmp_path):
+    """The run plans visits from what the bench's reader accepts: a sequential protocol without max_visits
+    (max_hours alone) is refused at planning, as the bench would refuse it, not planned as 10**6 visits."""
     bench = REPO / "kdakit" / "facts" / "protocols.toml"
     assert plan_of("pr", bench) == Plan("pr", 1) and plan_of("rigorous", bench).visits == 5
     doc = tmp_path / "p.toml"
     doc.write_text(
-        "[protocol.seq]\nsequential = true\nmax_visits = 8\nmax_hours = 12\n"
-        "[protocol.bad]\nsequential = true\n"
+        f"[protocol.seq]\n{_PROTOCOL_HEAD}sequential = true\nmax_visits = 8\nmax_hours = 12\n"
+        f"[protocol.fixed]\n{_PROTOCOL_HEAD}repeats = 3\n"
     )
     assert plan_of("seq", doc) == Plan("seq", 8, True, 12.0)
-    with pytest.raises(UsageError, match="sequential protocol 'bad' needs max_visits or max_hours"):
-        plan_of("bad", doc)
-    with pytest.raises(UsageError, match="unknown bench protocol 'nope'.*known: seq, bad"):
+    assert plan_of("fixed", doc) == Plan("fixed", 3)
+    with pytest.raises(UsageError, match="unknown bench protocol 'nope'.*known: seq, fixed"):
         plan_of("nope", doc)
+    hours_only = tmp_path / "hours.toml"
+    hours_only.write_text(f"[protocol.bad]\n{_PROTOCOL_HEAD}sequential = true\nmax_hours = 12\n")
+    with pytest.raises(UsageError, match="protocol 'bad': a sequential protocol gives max_visits"):
+        plan_of("bad", hours_only)
+    odd = tmp_path / "dataset.toml"
+    odd.write_text(f"[protocol.odd]\n{_PROTOCOL_HEAD.replace('random-ids', 'mystery')}")
+    with pytest.raises(UsageError, match="protocol 'odd': dataset must be one of"):
+        plan_of("odd", odd)
 
 
 def test_the_ansible_facts_file_holds_the_registry_and_the_paths(tmp_path):

@@ -3,12 +3,11 @@ a sequential protocol's budget)."""
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from kdakit.facts.errors import UsageError
-from kdakit.facts.protocols import protocols_file
+from kdakit.facts.protocols import load_protocols, protocols_file
 
 # Every step of one arm's visit, in order; collect and teardown run whatever happened before.
 VISIT_STEPS = ("deploy", "eval-gsm8k", "bench", "collect", "teardown")
@@ -30,17 +29,13 @@ class Plan:
 
 
 def plan_of(protocol: str, path: str | Path | None = None) -> Plan:
-    """The protocol's visits from the protocols file the bench is given (a site's own, or the built-in
-    kdakit/facts/protocols.toml)."""
+    """The protocol's visits, read by load_protocols from the protocols file the bench is given (a site's
+    own, or the built-in kdakit/facts/protocols.toml): the run plans what the bench would accept."""
     path = protocols_file(path)
-    table = tomllib.loads(Path(path).read_text()).get("protocol", {}).get(protocol)
-    if table is None:
-        known = ", ".join(tomllib.loads(Path(path).read_text()).get("protocol", {}))
-        raise UsageError(f"unknown bench protocol {protocol!r} ({path}); known: {known}")
-    if table.get("sequential"):
-        visits = int(table.get("max_visits") or 0)
-        hours = table.get("max_hours")
-        if visits < 1 and not hours:
-            raise UsageError(f"{path}: sequential protocol {protocol!r} needs max_visits or max_hours")
-        return Plan(protocol, visits or 10**6, True, float(hours) if hours else None)
-    return Plan(protocol, int(table.get("repeats", 1)))
+    protocols = load_protocols(path)
+    if protocol not in protocols:
+        raise UsageError(f"unknown bench protocol {protocol!r} ({path}); known: {', '.join(protocols)}")
+    chosen = protocols[protocol]
+    if chosen.sequential:
+        return Plan(protocol, chosen.max_visits, True, chosen.max_hours)
+    return Plan(protocol, chosen.repeats)
