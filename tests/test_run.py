@@ -136,8 +136,14 @@ def test_the_protocols_plan_their_visits(tmp_path):
         plan_of("nope", doc)
     hours_only = tmp_path / "hours.toml"
     hours_only.write_text(f"[protocol.bad]\n{_PROTOCOL_HEAD}sequential = true\nmax_hours = 12\n")
-    with pytest.raises(UsageError, match="protocol 'bad': a sequential protocol gives max_visits"):
+    with pytest.raises(UsageError, match="protocol 'bad': a sequential protocol needs max_visits"):
         plan_of("bad", hours_only)
+    repeats = tmp_path / "repeats.toml"
+    repeats.write_text(f"[protocol.rep]\n{_PROTOCOL_HEAD}sequential = true\nmax_visits = 4\nrepeats = 2\n")
+    with pytest.raises(
+        UsageError, match="protocol 'rep': a sequential protocol gives max_visits, not repeats"
+    ):
+        plan_of("rep", repeats)
     odd = tmp_path / "dataset.toml"
     odd.write_text(f"[protocol.odd]\n{_PROTOCOL_HEAD.replace('random-ids', 'mystery')}")
     with pytest.raises(UsageError, match="protocol 'odd': dataset must be one of"):

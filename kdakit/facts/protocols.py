@@ -77,9 +77,14 @@ def load_protocols(path: str | Path | None = None) -> dict[str, Protocol]:
         except (TypeError, KeyError) as exc:
             raise UsageError(f"{path}: protocol {name!r}: {exc}") from None
         if protocols[name].sequential:
-            if "repeats" in table or not table.get("max_visits"):
+            if "repeats" in table:
                 raise UsageError(
                     f"{path}: protocol {name!r}: a sequential protocol gives max_visits, not repeats"
+                )
+            if not table.get("max_visits"):
+                raise UsageError(
+                    f"{path}: protocol {name!r}: a sequential protocol needs max_visits (its most visits; "
+                    "max_hours may bound its time as well)"
                 )
             protocols[name] = replace(protocols[name], repeats=protocols[name].max_visits)
         if protocols[name].dataset not in DATASETS:
