@@ -107,47 +107,30 @@ def test_no_allocation_no_visit_and_a_failed_run(tmp_path):
     assert rc == 1 and backend.visits == [] and backend.finished
 
 
-_PROTOCOL_HEAD = """source = "site"
-backend = "sglang"
-dataset = "random-ids"
-random_range_ratio = 1.0
-seed = 1
-temperature = 0.0
-runs = 1
-warmup = false
-metric = "output_throughput"
-points = [{ input_len = 8, output_len = 8, concurrency = 1, num_prompts = 2 }]
-"""
-
-
 def test_the_protocols_plan_their_visits(tmp_path):
     """The run plans visits from what the bench's reader accepts: a sequential protocol without max_visits
     (max_hours alone) is refused at planning, as the bench would refuse it, not planned as 10**6 visits."""
     bench = REPO / "kdakit" / "facts" / "protocols.toml"
     assert plan_of("pr", bench) == Plan("pr", 1) and plan_of("rigorous", bench).visits == 5
-    doc = tmp_path / "p.toml"
-    doc.write_text(
-        f"[protocol.seq]\n{_PROTOCOL_HEAD}sequential = true\nmax_visits = 8\nmax_hours = 12\n"
-        f"[protocol.fixed]\n{_PROTOCOL_HEAD}repeats = 3\n"
-    )
-    assert plan_of("seq", doc) == Plan("seq", 8, True, 12.0)
-    assert plan_of("fixed", doc) == Plan("fixed", 3)
-    with pytest.raises(UsageError, match="unknown bench protocol 'nope'.*known: seq, fixed"):
-        plan_of("nope", doc)
-    hours_only = tmp_path / "hours.toml"
-    hours_only.write_text(f"[protocol.bad]\n{_PROTOCOL_HEAD}sequential = true\nmax_hours = 12\n")
-    with pytest.raises(UsageError, match="protocol 'bad': a sequential protocol needs max_visits"):
-        plan_of("bad", hours_only)
-    repeats = tmp_path / "repeats.toml"
-    repeats.write_text(f"[protocol.rep]\n{_PROTOCOL_HEAD}sequential = true\nmax_visits = 4\nrepeats = 2\n")
-    with pytest.raises(
-        UsageError, match="protocol 'rep': a sequential protocol gives max_visits, not repeats"
-    ):
-        plan_of("rep", repeats)
-    odd = tmp_path / "dataset.toml"
-    odd.write_text(f"[protocol.odd]\n{_PROTOCOL_HEAD.replace('random-ids', 'mystery')}")
-    with pytest.raises(UsageError, match="protocol 'odd': dataset must be one of"):
-        plan_of("odd", odd)
+    assert plan_of("decisive", bench) == Plan("decisive", 20, True, 48.0)
+    built_in = bench.read_text()
+
+    def site(name: str, text: str) -> Path:
+        path = tmp_path / f"{name}.toml"
+        path.write_text(text)
+        return path
+
+    with pytest.raises(UsageError, match="unknown bench protocol 'nope'.*known: pr, rigorous, decisive"):
+        plan_of("nope", site("known", built_in))
+    hours_only = site("hours", built_in.replace("max_visits = 20\n", ""))
+    with pytest.raises(UsageError, match="protocol 'decisive': a sequential protocol needs max_visits"):
+        plan_of("decisive", hours_only)
+    repeats = site("repeats", built_in.replace("max_visits = 20\n", "max_visits = 20\nrepeats = 2\n"))
+    with pytest.raises(UsageError, match="'decisive': a sequential protocol gives max_visits, not repeats"):
+        plan_of("decisive", repeats)
+    odd = site("dataset", built_in.replace('dataset = "sharegpt"', 'dataset = "mystery"', 1))
+    with pytest.raises(UsageError, match="dataset must be one of"):
+        plan_of("pr", odd)
 
 
 def test_the_ansible_facts_file_holds_the_registry_and_the_paths(tmp_path):
