@@ -396,22 +396,18 @@ def prefill_problem(job: Job, device, time_us) -> Problem:
     return Problem(
         prefill._FNS[short], default, args, outputs + inout, outputs + inout, time, search_args,
         settings={"ignore_warnings": prefill._IGNORED},
-        search_settings=prefill_search_settings(short, default),
+        search_settings=prefill_search_settings(short),
         tuning={"method": PREFILL_METHOD, "sequence_lengths": lens, "pool_slots": PREFILL_SLOTS},
     )  # fmt: skip
 
 
-def prefill_search_settings(short: str, default) -> dict:
+def prefill_search_settings(short: str) -> dict:
     """Helion settings of a prefill kernel's search alone: the fields prefill.SEARCH_FIXED holds for it, and
-    the module default config as the baseline every candidate is checked against (Helion's own default
-    config is no safe baseline: for the state pass it is a 4-warp build)."""
-    import helion
+    the module default config, built as chunk_kda builds it, as the baseline every candidate is checked
+    against (Helion's own default config is no safe baseline: for the state pass it is a 4-warp build)."""
     from kdakit.kernels import prefill
 
-    baseline = helion.kernel(
-        prefill._FNS[short], static_shapes=False, config=default, ignore_warnings=prefill._IGNORED
-    )
-    settings: dict = {"autotune_baseline_fn": baseline}
+    settings: dict = {"autotune_baseline_fn": prefill._kernel(short, prefill.DEFAULT_CONFIGS[short])}
     if short in prefill.SEARCH_FIXED:
         settings["autotune_config_overrides"] = dict(prefill.SEARCH_FIXED[short])
     return settings
