@@ -283,6 +283,7 @@ class Problem:
     seeds: list = field(default_factory=list)  # module configs seeded into the search and timed against it
     settings: dict = field(default_factory=dict)  # extra helion.kernel settings
     search_settings: dict = field(default_factory=dict)  # extra settings of the search alone
+    baseline: Any = None  # the kernel whose results the search checks candidates against (None: Helion's)
     tuning: dict = field(default_factory=dict)  # extra fields for the file's `tuning`
 
 
@@ -393,24 +394,33 @@ def prefill_problem(job: Job, device, time_us) -> Problem:
         return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
 
     default = helion.Config(**prefill.DEFAULT_CONFIGS[short])
+    fixed = prefill.SEARCH_FIXED.get(short)  # config fields the search may not change
     return Problem(
         prefill._FNS[short], default, args, outputs + inout, outputs + inout, time, search_args,
         settings={"ignore_warnings": prefill._IGNORED},
-        search_settings=prefill_search_settings(short),
+        search_settings={"autotune_config_overrides": dict(fixed)} if fixed else {},
+        baseline=prefill._kernel(short, prefill.DEFAULT_CONFIGS[short]),
         tuning={"method": PREFILL_METHOD, "sequence_lengths": lens, "pool_slots": PREFILL_SLOTS},
     )  # fmt: skip
 
 
-def prefill_search_settings(short: str) -> dict:
-    """Helion settings of a prefill kernel's search alone: the fields prefill.SEARCH_FIXED holds for it, and
-    the module default config, built as chunk_kda builds it, as the baseline every candidate is checked
-    against (Helion's own default config is no safe baseline: for the state pass it is a 4-warp build)."""
-    from kdakit.kernels import prefill
+def replayed_results(kernel, args: tuple) -> Callable:
+    """A baseline for Helion's search that replays `kernel`'s results at `args`: the kernel runs once here,
+    on copies, before the search; each call of the baseline writes those results into its arguments and
+    returns the same output. A plain function, not the kernel: Helion deep-copies its settings, and a
+    helion.Kernel that has run holds fake tensors that cannot be copied (every search then fails)."""
+    import torch
 
-    settings: dict = {"autotune_baseline_fn": prefill._kernel(short, prefill.DEFAULT_CONFIGS[short])}
-    if short in prefill.SEARCH_FIXED:
-        settings["autotune_config_overrides"] = dict(prefill.SEARCH_FIXED[short])
-    return settings
+    after = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    result = kernel(*after)
+
+    def baseline(*given):
+        for target, source in zip(given, after, strict=True):
+            if isinstance(target, torch.Tensor):
+                target.copy_(source)
+        return result
+
+    return baseline
 
 
 # ------------------------------------------------------------------------------------------- GPU pieces
@@ -531,9 +541,12 @@ def run_job(
         search_started = time.monotonic()
         try:
             settings = {**problem.settings, **problem.search_settings}
+            search_args = problem.search_args()
+            if problem.baseline is not None:
+                settings["autotune_baseline_fn"] = replayed_results(problem.baseline, search_args)
             extra = {"settings": settings} if settings else {}
             seeds = [default, *problem.seeds]
-            best = autotune(problem.fn, problem.search_args(), budget_s, effort, seeds=seeds, **extra)
+            best = autotune(problem.fn, search_args, budget_s, effort, seeds=seeds, **extra)
             candidates["autotuned"] = helion.Config.from_dict(dict(best))
         except Exception as exc:
             result.search_error = f"{type(exc).__name__}: {exc}"[:300]

@@ -7,6 +7,7 @@ needed: every test writes its own files into a temporary folder."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import helion
@@ -360,12 +361,23 @@ def test_a_prefill_autotune_job_records_real_inputs_checks_times_and_writes(
     assert result.error is None and result.search_error is None, (result.error, result.search_error)
     [(fn, args, seeds, settings)] = searches
     assert fn is prefill._FNS[short] and seeds == [helion.Config(**prefill.DEFAULT_CONFIGS[short])]
-    # the search checks candidates against the module default (Helion's own default is a 4-warp build, which
-    # the state pass cannot run on the H200) and holds the fields the module fixes for this kernel
+    # the search checks candidates against the module default's results (Helion's own default is a 4-warp
+    # build, which the state pass cannot run on the H200) and holds the fields the module fixes for this
+    # kernel; Helion deep-copies its settings, so nothing in them may hold a kernel that has run
+    copy.deepcopy(helion.Settings(**settings))
     baseline = settings.pop("autotune_baseline_fn")
-    assert baseline.fn is fn and baseline.configs == [helion.Config(**prefill.DEFAULT_CONFIGS[short])]
     fixed = {"autotune_config_overrides": {"num_warps": 8}} if short == "state" else {}
     assert settings == {"ignore_warnings": prefill._IGNORED, **fixed}
+    given = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    for t in given:
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            t.fill_(float("nan"))  # the baseline's results replace whatever its arguments hold
+    expected = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    prefill._kernel(short, prefill.DEFAULT_CONFIGS[short])(*expected)
+    baseline(*given)
+    for got, want in zip(given, expected, strict=True):
+        if isinstance(got, torch.Tensor):
+            assert torch.equal(got, want)
     names = list(__import__("inspect").signature(fn).parameters)
     real = dict(zip(names, args, strict=True))
     if short == "intra":
