@@ -176,6 +176,26 @@ def _load_beta(beta_rows, row, valid, beta_is_raw):
     return torch.where(valid, beta, 0.0)
 
 
+def _column(x: torch.Tensor) -> torch.Tensor:
+    # x[:, None] as the kernel body writes it: a helper's own indexing is traced by torch, which cannot
+    # slice a tile-sized tensor and would emit other code
+    return hl.subscript(x, [slice(None), None])
+
+
+def _row(x: torch.Tensor) -> torch.Tensor:
+    # x[None, :] (see _column)
+    return hl.subscript(x, [None, slice(None)])
+
+
+def _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols):
+    """k and q (fp32) and the log2 gate cumsum of row block i's tokens in the K slice `cols` (q/k head
+    columns from col0); rows past the chunk's end load as zeros."""
+    ki = hl.load(k_rows, [_column(tok_i), col0 + _row(cols)], extra_mask=_column(m_i)).float()
+    qi = hl.load(q_rows, [_column(tok_i), col0 + _row(cols)], extra_mask=_column(m_i)).float()
+    gi = hl.load(gcum_rows, [_column(row_i), _row(cols)], extra_mask=_column(m_i))
+    return ki, qi, gi
+
+
 def _intra_chunk_fn(
     q_rows: torch.Tensor,  # [T, H*K] token rows (any row stride)
     k_rows: torch.Tensor,  # [T, H*K]
@@ -245,13 +265,7 @@ def _intra_chunk_fn(
                 if torch.amax(spread, 0) <= 120.0:
                     for tile_k in hl.tile(K, block_size=block_k):
                         cols = tile_k.index
-                        ki = hl.load(
-                            k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        qi = hl.load(
-                            q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                        ki, qi, gi = _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols)
                         g_mid = hl.load(gcum_rows, [mid_row, cols])[None, :]
                         up = _exp2c(gi - g_mid)
                         kd = (ki * _exp2c(g_mid - gi)).T
@@ -262,13 +276,7 @@ def _intra_chunk_fn(
                 else:
                     for tile_k in hl.tile(K, block_size=block_k):
                         cols = tile_k.index
-                        ki = hl.load(
-                            k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        qi = hl.load(
-                            q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                        ki, qi, gi = _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols)
                         for tile_c in hl.tile(16, block_size=1):
                             # column c of the block is its row c (taken from the registers)
                             row_c = lane[:, None] == tile_c.id
@@ -319,13 +327,7 @@ def _intra_chunk_fn(
                     ssq_j = hl.zeros([16], dtype=torch.float32)
                     for tile_k in hl.tile(K, block_size=block_k):
                         cols = tile_k.index
-                        ki = hl.load(
-                            k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        qi = hl.load(
-                            q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                        ki, qi, gi = _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols)
                         g_first = hl.load(gcum_rows, [first_row, cols])[None, :]
                         left = _exp2c(gi - g_first)
                         kj = hl.load(
