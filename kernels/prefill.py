@@ -398,6 +398,24 @@ def _solve_fn(
     return tinv_rows
 
 
+def _chunk_slots(spans, m, hv, HV):
+    """Chunk m's token span [start, end) and its 64 token slots: token, whether it is in the chunk, and its
+    row in the per-(token, value head) layouts."""
+    start = hl.load(spans, [m, 0])
+    end = hl.load(spans, [m, 1])
+    token = start + hl.arange(64)
+    valid = token < end
+    row = token * HV + hv
+    return start, end, token, valid, row
+
+
+def _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw):
+    """The chunk's Tinv rows and beta: the left factor both W and U are built with."""
+    tinv = hl.load(tinv_rows, [_column(row), _row(hl.arange(64))], extra_mask=_column(valid))
+    beta = _load_beta(beta_rows, row, valid, beta_is_raw)
+    return tinv, beta
+
+
 def _recompute_wk_fn(
     q_rows: torch.Tensor,  # [T, H*K]
     k_rows: torch.Tensor,  # [T, H*K]
@@ -428,15 +446,10 @@ def _recompute_wk_fn(
         chunks = chunk_count[0]
         for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
             m = tile_p.id + tile_s.id * P
-            start = spans[m, 0]
-            end = spans[m, 1]
-            token = start + hl.arange(64)
-            valid = token < end
-            row = token * HV + hv
+            start, end, token, valid, row = _chunk_slots(spans, m, hv, HV)
             cols = tile_c.index
             qk_cols = (hv // GROUP) * K + cols
-            tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
-            beta = _load_beta(beta_rows, row, valid, beta_is_raw)
+            tinv, beta = _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw)
             # last row of the chunk (padding chunks: any in-bounds row; nothing of theirs is stored but decay)
             last = torch.clamp(torch.minimum(start + 63, end - 1), min=0)
             g_last = hl.load(gcum_rows, [last * HV + hv, cols])
@@ -483,13 +496,8 @@ def _recompute_u_fn(
         chunks = chunk_count[0]
         for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
             m = tile_p.id + tile_s.id * P
-            start = spans[m, 0]
-            end = spans[m, 1]
-            token = start + hl.arange(64)
-            valid = token < end
-            row = token * HV + hv
-            tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
-            beta = _load_beta(beta_rows, row, valid, beta_is_raw)
+            start, end, token, valid, row = _chunk_slots(spans, m, hv, HV)
+            tinv, beta = _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw)
             v_cols = hv * V + tile_v.index
             vt = hl.load(v_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
             u = _dot32(tinv, (vt * beta[:, None]).to(torch.bfloat16))
