@@ -176,6 +176,26 @@ def _load_beta(beta_rows, row, valid, beta_is_raw):
     return torch.where(valid, beta, 0.0)
 
 
+def _column(x: torch.Tensor) -> torch.Tensor:
+    # x[:, None] as the kernel body writes it: a helper's own indexing is traced by torch, which cannot
+    # slice a tile-sized tensor and would emit other code
+    return hl.subscript(x, [slice(None), None])
+
+
+def _row(x: torch.Tensor) -> torch.Tensor:
+    # x[None, :] (see _column)
+    return hl.subscript(x, [None, slice(None)])
+
+
+def _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols):
+    """k and q (fp32) and the log2 gate cumsum of row block i's tokens in the K slice `cols` (q/k head
+    columns from col0); rows past the chunk's end load as zeros."""
+    ki = hl.load(k_rows, [_column(tok_i), col0 + _row(cols)], extra_mask=_column(m_i)).float()
+    qi = hl.load(q_rows, [_column(tok_i), col0 + _row(cols)], extra_mask=_column(m_i)).float()
+    gi = hl.load(gcum_rows, [_column(row_i), _row(cols)], extra_mask=_column(m_i))
+    return ki, qi, gi
+
+
 def _intra_chunk_fn(
     q_rows: torch.Tensor,  # [T, H*K] token rows (any row stride)
     k_rows: torch.Tensor,  # [T, H*K]
@@ -245,13 +265,7 @@ def _intra_chunk_fn(
                 if torch.amax(spread, 0) <= 120.0:
                     for tile_k in hl.tile(K, block_size=block_k):
                         cols = tile_k.index
-                        ki = hl.load(
-                            k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        qi = hl.load(
-                            q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                        ki, qi, gi = _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols)
                         g_mid = hl.load(gcum_rows, [mid_row, cols])[None, :]
                         up = _exp2c(gi - g_mid)
                         kd = (ki * _exp2c(g_mid - gi)).T
@@ -262,13 +276,7 @@ def _intra_chunk_fn(
                 else:
                     for tile_k in hl.tile(K, block_size=block_k):
                         cols = tile_k.index
-                        ki = hl.load(
-                            k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        qi = hl.load(
-                            q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                        ki, qi, gi = _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols)
                         for tile_c in hl.tile(16, block_size=1):
                             # column c of the block is its row c (taken from the registers)
                             row_c = lane[:, None] == tile_c.id
@@ -319,13 +327,7 @@ def _intra_chunk_fn(
                     ssq_j = hl.zeros([16], dtype=torch.float32)
                     for tile_k in hl.tile(K, block_size=block_k):
                         cols = tile_k.index
-                        ki = hl.load(
-                            k_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        qi = hl.load(
-                            q_rows, [tok_i[:, None], col0 + cols[None, :]], extra_mask=m_i[:, None]
-                        ).float()
-                        gi = hl.load(gcum_rows, [row_i[:, None], cols[None, :]], extra_mask=m_i[:, None])
+                        ki, qi, gi = _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols)
                         g_first = hl.load(gcum_rows, [first_row, cols])[None, :]
                         left = _exp2c(gi - g_first)
                         kj = hl.load(
@@ -396,6 +398,24 @@ def _solve_fn(
     return tinv_rows
 
 
+def _chunk_slots(spans, m, hv, HV):
+    """Chunk m's token span [start, end) and its 64 token slots: token, whether it is in the chunk, and its
+    row in the per-(token, value head) layouts."""
+    start = hl.load(spans, [m, 0])
+    end = hl.load(spans, [m, 1])
+    token = start + hl.arange(64)
+    valid = token < end
+    row = token * HV + hv
+    return start, end, token, valid, row
+
+
+def _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw):
+    """The chunk's Tinv rows and beta: the left factor both W and U are built with."""
+    tinv = hl.load(tinv_rows, [_column(row), _row(hl.arange(64))], extra_mask=_column(valid))
+    beta = _load_beta(beta_rows, row, valid, beta_is_raw)
+    return tinv, beta
+
+
 def _recompute_wk_fn(
     q_rows: torch.Tensor,  # [T, H*K]
     k_rows: torch.Tensor,  # [T, H*K]
@@ -426,15 +446,10 @@ def _recompute_wk_fn(
         chunks = chunk_count[0]
         for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
             m = tile_p.id + tile_s.id * P
-            start = spans[m, 0]
-            end = spans[m, 1]
-            token = start + hl.arange(64)
-            valid = token < end
-            row = token * HV + hv
+            start, end, token, valid, row = _chunk_slots(spans, m, hv, HV)
             cols = tile_c.index
             qk_cols = (hv // GROUP) * K + cols
-            tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
-            beta = _load_beta(beta_rows, row, valid, beta_is_raw)
+            tinv, beta = _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw)
             # last row of the chunk (padding chunks: any in-bounds row; nothing of theirs is stored but decay)
             last = torch.clamp(torch.minimum(start + 63, end - 1), min=0)
             g_last = hl.load(gcum_rows, [last * HV + hv, cols])
@@ -481,13 +496,8 @@ def _recompute_u_fn(
         chunks = chunk_count[0]
         for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
             m = tile_p.id + tile_s.id * P
-            start = spans[m, 0]
-            end = spans[m, 1]
-            token = start + hl.arange(64)
-            valid = token < end
-            row = token * HV + hv
-            tinv = hl.load(tinv_rows, [row[:, None], hl.arange(64)[None, :]], extra_mask=valid[:, None])
-            beta = _load_beta(beta_rows, row, valid, beta_is_raw)
+            start, end, token, valid, row = _chunk_slots(spans, m, hv, HV)
+            tinv, beta = _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw)
             v_cols = hv * V + tile_v.index
             vt = hl.load(v_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
             u = _dot32(tinv, (vt * beta[:, None]).to(torch.bfloat16))
