@@ -23,19 +23,34 @@ def pytest_runtest_makereport(item, call):
 
 
 # pytest-xdist, as `make test` runs it (--dist loadscope): one work unit per test file, except the files that
-# start Docker engines, which are one unit, run first (they are the longest) and one after the other (side by
-# side their engines' GBs of images outgrow a CI machine's disk).
+# start Docker engines on the image-building engine's data root, which are one unit, run first (they are the
+# longest) and one after the other (side by side their engines' GBs of images outgrow a CI machine's disk).
+# A Docker file that loads only small images and builds them on an engine of its own (OWN_ENGINE_FILES) is a
+# unit of its own, second in the queue: it runs on the other worker beside the shared unit.
 TESTS = Path(__file__).parent
 DOCKER_FILES = {
     str(path.relative_to(TESTS.parent))
     for path in TESTS.rglob("test_*.py")
     if "pytest.mark.docker" in path.read_text()
 }
+OWN_ENGINE_FILES = {"tests/test_faults_cluster.py"}
+# First in the shared unit: xdist gives a worker its next unit once two of its tests are left, and that unit
+# waits behind them; the two long cluster tests first leave only short image tests for it to wait behind.
+SHARED_UNIT_FIRST = "tests/test_playbooks_cluster.py"
+assert OWN_ENGINE_FILES | {SHARED_UNIT_FIRST} <= DOCKER_FILES, OWN_ENGINE_FILES - DOCKER_FILES
 
 
 def _scope(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
-    return "docker" if path in DOCKER_FILES else path
+    return "docker" if path in DOCKER_FILES - OWN_ENGINE_FILES else path
+
+
+def _queue_rank(nodeid: str) -> int:
+    """A test's place in the queue: the shared Docker unit, the own-engine Docker files, the rest."""
+    path = nodeid.split("::", 1)[0]
+    if _scope(nodeid) == "docker":
+        return 0 if path == SHARED_UNIT_FIRST else 1
+    return 2 if path in OWN_ENGINE_FILES else 3
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: the suite also runs without xdist (the GPU host)
@@ -48,13 +63,13 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return _scope(nodeid)
 
-    config.option.loadscopereorder = False  # keep the collection order: the Docker unit first
+    config.option.loadscopereorder = False  # keep the collection order: the Docker units first
     return DockerFilesTogether(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
     if hasattr(config, "workerinput"):  # an xdist worker: its order is the scheduler's queue
-        items.sort(key=lambda item: _scope(item.nodeid) != "docker")
+        items.sort(key=lambda item: _queue_rank(item.nodeid))
 
 
 def pytest_configure(config):

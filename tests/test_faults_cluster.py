@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from kdakit.launch import hostlock
-from tests.infra import dockerd, images, keyscan, sshhosts, stub_kdakit_image
+from tests.infra import dockerd, fake_server_image, images, keyscan, sshhosts, stub_kdakit_image
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -45,11 +45,13 @@ def cluster(tmp_path_factory):
     if reason:
         pytest.skip(reason)
     work = tmp_path_factory.mktemp("faults")
-    engine = images.start_engine()
+    engine = images.start_engine(stub_kdakit_image.ENGINE_ROOT)
     try:
         tag = stub_kdakit_image.build(engine)
+        variant_tag = stub_kdakit_image.build(engine, variant=1)
         tarball = images.image_tarball(engine, tag)
-        truncated_src = images.image_tarball(engine, stub_kdakit_image.build(engine, variant=1))
+        truncated_src = images.image_tarball(engine, variant_tag)
+        stub_kdakit_image.keep_only(engine, [tag, variant_tag, fake_server_image.build(engine)])
     finally:
         engine.stop()
     # A truncated archive whose .sha256 and .id were made from the broken file, as a bad copy job leaves it.

@@ -484,6 +484,14 @@ def _wait_for_step(run_dir: Path, step: str, timeout: float = 120) -> str:
     raise AssertionError(f"no node of {run_dir.name} started {step} within {timeout:.0f} s")
 
 
+def _wait_for_text(path: Path, text: str, timeout: float = 120) -> None:
+    """Until the file holds text (a step's log as it grows)."""
+    deadline = time.monotonic() + timeout
+    while text not in (path.read_text(errors="replace") if path.exists() else ""):
+        assert time.monotonic() < deadline, f"{path} held no {text!r} within {timeout:.0f} s"
+        time.sleep(0.5)
+
+
 def test_slurm_ab_and_faults(cluster, tarballs):
     reason = slurmcluster.unavailable_reason()
     if reason:
@@ -584,7 +592,8 @@ def test_slurm_ab_and_faults(cluster, tarballs):
             assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-2000:]
             bench = make_slurm(cluster, slurm, "bench", f"RUN_ID={run_id}", *common, background=True)
             job_id = _wait_for_step(results / run_id, "bench")
-            time.sleep(2)  # the client is sending its requests
+            # the bench is into its runs (its first progress line), however long its imports took
+            _wait_for_text(results / run_id / "h2" / "helion" / "diag" / "slurm-bench.log", "[bench] ")
             if fault == "down":
                 slurm.cli("scontrol", "update", "nodename=h2", "state=down", "reason=kdakit fault test")
             else:

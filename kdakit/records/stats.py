@@ -24,8 +24,6 @@ import statistics
 import warnings
 from dataclasses import dataclass
 
-from scipy import stats as scipy_stats
-
 CONFIDENCE = 0.95
 MAX_REPEATS = 1000  # beyond this the answer is "more than 1000"
 
@@ -47,8 +45,16 @@ class RatioCI:
         return (self.high / self.low - 1) / 2 * 100  # half the interval's relative width
 
 
+def _scipy_stats():
+    # imported on first use: it takes about a second, and every `kdakit` command imports this module through
+    # the report while few compute an interval (the playbooks' controller steps run kdakit many times)
+    from scipy import stats
+
+    return stats
+
+
 def _t(df: float) -> float:
-    return float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, df))
+    return float(_scipy_stats().t.ppf(0.5 + CONFIDENCE / 2, df))
 
 
 def paired_ratio_ci(baseline: list[float], candidate: list[float]) -> RatioCI:
@@ -234,7 +240,7 @@ def _t_array(df, confidence: float = CONFIDENCE):
     values, where = np.unique(df, return_inverse=True)  # few distinct degrees of freedom: one ppf each
     found = np.full(values.shape, np.inf)
     ok = values >= 1
-    found[ok] = scipy_stats.t.ppf(0.5 + confidence / 2, values[ok])
+    found[ok] = _scipy_stats().t.ppf(0.5 + confidence / 2, values[ok])
     return found[where].reshape(df.shape)
 
 
@@ -337,12 +343,12 @@ def settle_chance(n, mean_log, sd_log, more, band_lo: float, band_hi: float, con
     more = more[..., :, None] if more.ndim else more[None, None]
     q = (np.arange(12) + 0.5) / 12
     df = np.maximum(n - 1, 1)
-    sigma = sd * np.sqrt(df / scipy_stats.chi2.ppf(q, df))  # (..., 1, 12)
+    sigma = sd * np.sqrt(df / _scipy_stats().chi2.ppf(q, df))  # (..., 1, 12)
     total = n + more
     half = _half_width_factor(total, confidence, sequential, horizon) * sigma
     with np.errstate(divide="ignore", invalid="ignore"):
         spread = sigma * np.sqrt(np.maximum(1 / n - 1 / total, 1e-300))  # the final mean, given the data
-        cdf = scipy_stats.norm.cdf
+        cdf = _scipy_stats().norm.cdf
         inside = np.clip(cdf((band_hi - half - mean) / spread) - cdf((band_lo + half - mean) / spread), 0, 1)
         inside = np.where(band_hi - half > band_lo + half, inside, 0.0)
         outside = 1 - cdf((band_hi + half - mean) / spread) + cdf((band_lo - half - mean) / spread)

@@ -3,6 +3,9 @@ python3 + tests/fakes/openai_server.py) plus a `kdakit` whose `eval gsm8k` and `
 usual verdict line and exit 0, or sleep first (`--stub-sleep S`: a long step to interrupt). A few hundred MB,
 not the 3 GB kdakit image: the fault cases test the rollout, not the measurements (those run in
 tests/test_playbooks_cluster.py on the real image).
+
+They are built on an engine of their own (ENGINE_ROOT), never the image-building one that the other Docker
+tests hold for minutes (h1 of the playbook cluster runs on its data root): the fault tests run beside them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import tempfile
 from pathlib import Path
 
 from tests.infra import dockerd, fake_server_image, images
+
+ENGINE_ROOT = images.CACHE / "stub-engine"  # its images are the layer cache; keep_only bounds them
 
 STUB = """#!/usr/bin/env python3
 import sys, time
@@ -43,3 +48,13 @@ def build(engine: dockerd.Dockerd, variant: int = 0) -> str:
             engine.cli("build", "--network", "host", "--build-arg", f"BASE={base}",
                        "--build-arg", f"VARIANT={variant}", "-t", tag, ctx, timeout=600)  # fmt: skip
     return images.used_image(tag)
+
+
+def keep_only(engine: dockerd.Dockerd, tags: list[str]) -> None:
+    """Untag the engine's stub and server images other than tags (made from earlier inputs), then drop their
+    layers; the Debian base stays (an import saved)."""
+    listed = engine.cli("images", "--format", "{{.Repository}}:{{.Tag}}", check=False).stdout.decode()
+    for ref in listed.split():
+        if ref.startswith(("kdakit-ci/kdakit-stub:", "kdakit-ci/fake-sglang:")) and ref not in tags:
+            engine.cli("rmi", ref, check=False)
+    engine.cli("image", "prune", "--force", check=False)
