@@ -323,6 +323,13 @@ def prefill_lengths(bucket: Bucket) -> list[int]:
     return [bucket.batch]
 
 
+def cloned_args(args: tuple) -> tuple:
+    """A kernel's arguments with every tensor copied (scalars and flags as they are)."""
+    import torch
+
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
 class _Recorder:
     """Stands in for one prefill kernel inside chunk_kda: keeps a copy of its arguments, then runs it."""
 
@@ -330,7 +337,7 @@ class _Recorder:
         self.kernel, self.launches, self.name = kernel, launches, name
 
     def __call__(self, *args):
-        self.launches[self.name] = tuple(a.clone() if hasattr(a, "clone") else a for a in args)
+        self.launches[self.name] = cloned_args(args)
         return self.kernel(*args)
 
 
@@ -391,7 +398,7 @@ def prefill_problem(job: Job, device, time_us) -> Problem:
         return time_us(lambda: kernel(*args), restore if in_graph else None)
 
     def search_args() -> tuple:  # copies: the search must not touch the check's inputs
-        return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        return cloned_args(args)
 
     default = helion.Config(**prefill.DEFAULT_CONFIGS[short])
     fixed = prefill.SEARCH_FIXED.get(short)  # config fields the search may not change
@@ -411,7 +418,7 @@ def replayed_results(kernel, args: tuple) -> Callable:
     helion.Kernel that has run holds fake tensors that cannot be copied (every search then fails)."""
     import torch
 
-    after = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    after = cloned_args(args)
     result = kernel(*after)
 
     def baseline(*given):

@@ -368,11 +368,11 @@ def test_a_prefill_autotune_job_records_real_inputs_checks_times_and_writes(
     baseline = settings.pop("autotune_baseline_fn")
     fixed = {"autotune_config_overrides": {"num_warps": 8}} if short == "state" else {}
     assert settings == {"ignore_warnings": prefill._IGNORED, **fixed}
-    given = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    given = autotune.cloned_args(args)
     for t in given:
         if isinstance(t, torch.Tensor) and t.is_floating_point():
             t.fill_(float("nan"))  # the baseline's results replace whatever its arguments hold
-    expected = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    expected = autotune.cloned_args(args)
     prefill._kernel(short, prefill.DEFAULT_CONFIGS[short])(*expected)
     baseline(*given)
     for got, want in zip(given, expected, strict=True):
