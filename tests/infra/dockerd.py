@@ -26,6 +26,7 @@ from pathlib import Path
 # Debian's 20.10 client: it drives BuildKit itself (DOCKER_BUILDKIT=1, --secret) without the buildx plugin,
 # which other clients (e.g. a 28.x in /usr/local/bin) need and which no Debian package ships.
 DOCKER_CLI = os.environ.get("KDAKIT_DOCKER_CLI", "/usr/bin/docker")
+STALE_BUILD_CACHE = "layer does not exist"  # a build whose cache names a layer the engine no longer has
 DOCKERD = os.environ.get("KDAKIT_DOCKERD", shutil.which("dockerd") or "/usr/sbin/dockerd")
 SYSTEM_CONTAINERD_SOCKET = Path("/run/containerd/containerd.sock")
 
@@ -86,6 +87,7 @@ class Dockerd:
         input: bytes | None = None,
         capture: bool = True,
         stdout=None,
+        _retried: bool = False,
     ) -> subprocess.CompletedProcess:
         """Run the docker client against this engine; on failure raise with its output."""
         cmd = [DOCKER_CLI, "-H", self.host, *args]
@@ -100,6 +102,12 @@ class Dockerd:
         )
         if check and proc.returncode != 0:
             detail = (proc.stderr or b"").decode(errors="replace")[-4000:]
+            if args[:1] == ("build",) and STALE_BUILD_CACHE in detail and not _retried:
+                # BuildKit's cache can name layers that the cache bound's pruning removed: drop the build
+                # cache (the engine's images stay) and build once more
+                self.cli("builder", "prune", "--all", "--force", check=False)
+                return self.cli(*args, check=check, timeout=timeout, input=input, capture=capture,
+                                stdout=stdout, _retried=True)  # fmt: skip
             raise DockerdError(f"{' '.join(cmd)} exited {proc.returncode}:\n{detail}")
         return proc
 
