@@ -93,16 +93,16 @@ def render_table(result: dict) -> str:
                 ch = change(_arm_median(r, "helion-kdakit"), _arm_median(r, arm))
                 cells.append(cell if arm == "helion-kdakit" or ch is None else f"{cell} ({_fmt_change(ch)})")
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", "Single-call graph replay (µs, L2 flushed before each replay; includes launch):", ""]
-    arms = ["triton", "triton-packed", "triton-packed-dispatch", "helion-upstream", "helion-kdakit"]
-    arms += [a for a in sorted(OPTIONAL_ARMS) if any(a in r["arms"] for r in rows)]
-    lines.append("| phase | shape | " + " | ".join(arms) + " |")
-    lines.append("|---|---|" + "---:|" * len(arms))
-    for row in rows:
-        if row["phase"] == "prefill":
-            continue
-        cells = [_arm_cell(row, a, "single_call") if a in row["arms"] else "" for a in arms]
-        lines.append(f"| {row['phase']} | {row['shape_label']} | " + " | ".join(cells) + " |")
+    single = [r for r in rows if r["phase"] != "prefill"]  # prefill is timed in graphs only
+    if single:
+        lines += ["", "Single-call graph replay (µs, L2 flushed before each replay; includes launch):", ""]
+        arms = ["triton", "triton-packed", "triton-packed-dispatch", "helion-upstream", "helion-kdakit"]
+        arms += [a for a in sorted(OPTIONAL_ARMS) if any(a in r["arms"] for r in single)]
+        lines.append("| phase | shape | " + " | ".join(arms) + " |")
+        lines.append("|---|---|" + "---:|" * len(arms))
+        for row in single:
+            cells = [_arm_cell(row, a, "single_call") if a in row["arms"] else "" for a in arms]
+            lines.append(f"| {row['phase']} | {row['shape_label']} | " + " | ".join(cells) + " |")
     lines += config_comparison(result)
     lines += prefill_peers(result, rows)
     failed = [

@@ -26,12 +26,22 @@ def test_the_newest_record_is_chosen_by_its_creation_time(tmp_path):
     assert bench_table.latest_raw(tmp_path).parent.parent.name == "a-new"
 
 
+def test_the_single_call_table_is_there_only_for_phases_timed_by_single_calls():
+    records = [json.loads(p.read_text()) for p in sorted(bench_table.RECORDS.glob("*/*/kernels-bench.json"))]
+    heading = "Single-call graph replay"
+    prefill_only = [r for r in records if {row["phase"] for row in r["rows"]} == {"prefill"}]
+    with_decode = [r for r in records if any(row["phase"] == "decode" for row in r["rows"])]
+    assert prefill_only and with_decode
+    assert all(heading not in table.render_table(r) for r in prefill_only)
+    assert all(heading in table.render_table(r) for r in with_decode)
+
+
 def test_write_replaces_only_the_section_and_check_reports_a_stale_one(tmp_path, monkeypatch, capsys):
     doc = tmp_path / "BENCH.md"
     shutil.copy(bench_table.BENCH_MD, doc)
     monkeypatch.setattr(bench_table, "BENCH_MD", doc)
     before, section = doc.read_text(), bench_table.current(doc)
-    doc.write_text(before.replace(section, section.replace("| decode |", "| decode (edited) |", 1)))
+    doc.write_text(before.replace(section, section.replace("| phase |", "| phase (edited) |", 1)))
     assert main(["kernels", "bench-table", "--check"]) == 1
     assert main(["kernels", "bench-table", "--write"]) == 0
     assert doc.read_text() == before and main(["kernels", "bench-table", "--check"]) == 0
