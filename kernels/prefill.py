@@ -611,10 +611,18 @@ DEFAULT_CONFIGS: dict[str, dict] = {
     "state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},  # [V tile]
 }
 
-# Config fields held fixed while Helion searches a kernel's configs (`kdakit kernels autotune`). The state
-# pass built with 4 warps stops with an illegal memory access on the H200 (triton 3.6: Helion's own default
-# config, its baseline, did so at every bucket), and one such launch poisons the process's CUDA context.
-SEARCH_FIXED: dict[str, dict] = {"state": {"num_warps": 8}}
+# Kernels `kdakit kernels autotune` does not hand to Helion's search, with the configs it times beside the
+# module default instead. Some candidate of the state pass's search stops with an illegal memory access on
+# the H200 at every bucket (triton 3.6), taking the process's CUDA context and the bucket with it; Helion
+# cannot isolate it in a subprocess because the kernel writes its inputs. These ran on the H200 and matched
+# the default's outputs (measurements/kernels-tuning/h200-2026-12-03-tuned, lanes.jsonl).
+UNSEARCHED_CANDIDATES: dict[str, list[dict]] = {
+    "state": [
+        {"block_sizes": [32], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},
+        {"block_sizes": [32], "num_warps": 8, "num_stages": 2, "indexing": "pointer"},
+        {"block_sizes": [16], "num_warps": 8, "num_stages": 2, "indexing": "pointer"},
+    ]
+}
 
 _FNS = {
     "gate": _gate_cumsum_fn,

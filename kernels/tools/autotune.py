@@ -32,6 +32,7 @@ earlier stages run for real). Check: the kernel's outputs under both configs fro
 (`prefill_per_call_us`, the same timer): per-call median of a CUDA graph of
 back-to-back calls; where the kernel overwrites an input (recompute-u and the state pass write over v's
 storage) every call is preceded by an in-graph restore of it and the restore's own graph time is subtracted.
+The state pass is not searched: its module default and `prefill.UNSEARCHED_CANDIDATES` are checked and timed.
 Run it inside the kdakit image on the target GPU (see tuned.py for the version policy at run time).
 """
 
@@ -282,7 +283,7 @@ class Problem:
     tolerances: tuple[float, ...] | None = None  # per observed tensor; None: by dtype
     seeds: list = field(default_factory=list)  # module configs seeded into the search and timed against it
     settings: dict = field(default_factory=dict)  # extra helion.kernel settings
-    search_settings: dict = field(default_factory=dict)  # extra settings of the search alone
+    searched: bool = True  # False: only the default and the seeds are timed (no Helion search)
     baseline: Any = None  # the kernel whose results the search checks candidates against (None: Helion's)
     tuning: dict = field(default_factory=dict)  # extra fields for the file's `tuning`
 
@@ -401,11 +402,11 @@ def prefill_problem(job: Job, device, time_us) -> Problem:
         return cloned_args(args)
 
     default = helion.Config(**prefill.DEFAULT_CONFIGS[short])
-    fixed = prefill.SEARCH_FIXED.get(short)  # config fields the search may not change
+    unsearched = prefill.UNSEARCHED_CANDIDATES.get(short)
     return Problem(
         prefill._FNS[short], default, args, outputs + inout, outputs + inout, time, search_args,
         settings={"ignore_warnings": prefill._IGNORED},
-        search_settings={"autotune_config_overrides": dict(fixed)} if fixed else {},
+        seeds=[helion.Config(**c) for c in unsearched or ()], searched=unsearched is None,
         baseline=prefill._kernel(short, prefill.DEFAULT_CONFIGS[short]),
         tuning={"method": PREFILL_METHOD, "sequence_lengths": lens, "pool_slots": PREFILL_SLOTS},
     )  # fmt: skip
@@ -547,14 +548,15 @@ def run_job(
         candidates.update({f"seed {i}": cfg for i, cfg in enumerate(problem.seeds, 1)})
         search_started = time.monotonic()
         try:
-            settings = {**problem.settings, **problem.search_settings}
-            search_args = problem.search_args()
-            if problem.baseline is not None:
-                settings["autotune_baseline_fn"] = replayed_results(problem.baseline, search_args)
-            extra = {"settings": settings} if settings else {}
-            seeds = [default, *problem.seeds]
-            best = autotune(problem.fn, search_args, budget_s, effort, seeds=seeds, **extra)
-            candidates["autotuned"] = helion.Config.from_dict(dict(best))
+            if problem.searched:
+                settings = dict(problem.settings)
+                search_args = problem.search_args()
+                if problem.baseline is not None:
+                    settings["autotune_baseline_fn"] = replayed_results(problem.baseline, search_args)
+                extra = {"settings": settings} if settings else {}
+                seeds = [default, *problem.seeds]
+                best = autotune(problem.fn, search_args, budget_s, effort, seeds=seeds, **extra)
+                candidates["autotuned"] = helion.Config.from_dict(dict(best))
         except Exception as exc:
             result.search_error = f"{type(exc).__name__}: {exc}"[:300]
         search_s = time.monotonic() - search_started
@@ -635,6 +637,7 @@ def run_job(
                     for name in candidates
                     if name.startswith("seed ")
                 ],
+                "searched": problem.searched,
                 "search_seconds": round(search_s, 1),
                 "budget_seconds": budget_s,
                 "effort": effort,
