@@ -27,9 +27,8 @@ import helion
 import helion.language as hl
 import torch
 from kdakit.kernels import tuned
-
-_LOG2E = 1.4426950408889634
-
+from kdakit.kernels.recurrent import LOG2E as _LOG2E
+from kdakit.kernels.recurrent import gate_log_decay, program_heads
 
 # Fixed configs (never autotuned at run time), keyed by state dtype (fp16 pools use "fp32").
 # loop_orders [[2, 1, 0]] makes the V tile the fastest grid axis, then the head, then the request, so
@@ -102,11 +101,7 @@ def _packed_decode(
     )
     block_v = hl.register_block_size(1, V)
     for tile_b, tile_hv, tile_v in hl.tile([B, HV, V], block_size=[1, 1, block_v]):
-        i_b = tile_b.id
-        hv = tile_hv.id
-        h = hv // (HV // H)
-        keys = hl.arange(K)
-
+        i_b, hv, h, keys = program_heads(tile_b, tile_hv, H, HV, K)
         slot = slots[i_b].to(torch.int64)
         valid = slot >= 0
 
@@ -115,11 +110,7 @@ def _packed_decode(
         v = mixed_qkv[i_b, 2 * H * K + hv * V + tile_v.index].to(torch.float32)
         x = a[i_b, hv * K + keys].to(torch.float32) + dt_bias[hv * K + keys].to(torch.float32)
         decay_rate = torch.exp2(A_log[hv].to(torch.float32) * _LOG2E)
-        if bounded_gate:
-            log_decay = lower_bound * torch.sigmoid(decay_rate * x)
-        else:
-            softplus = torch.where(x <= 20.0, torch.log(1.0 + torch.exp2(x * _LOG2E)), x)
-            log_decay = -decay_rate * softplus
+        log_decay, softplus = gate_log_decay(x, decay_rate, lower_bound, _LOG2E, bounded_gate)
         beta = torch.sigmoid(b[i_b, hv].to(torch.float32))
         if use_qk_l2norm:
             q = q * torch.rsqrt((q * q).sum() + 1e-6)

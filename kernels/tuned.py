@@ -300,8 +300,9 @@ def kernel_function(kernel: str):
 
 
 def _helpers(fn) -> list:
-    """The module-level functions of fn's module that fn calls, transitively (Helion traces through them, so
-    they are part of the kernel body), in first-call order."""
+    """The module-level functions fn calls, transitively, from its own module or another module of this
+    package (kernels/recurrent.py, shared by decode and verify): Helion traces through them, so they are
+    part of the kernel body. In first-call order."""
     found: list = []
 
     def names(code) -> list[str]:
@@ -314,7 +315,7 @@ def _helpers(fn) -> list:
     def walk(f) -> None:
         for name in names(f.__code__):
             obj = f.__globals__.get(name)
-            if isinstance(obj, types.FunctionType) and obj.__module__ == fn.__module__ and obj is not fn:
+            if isinstance(obj, types.FunctionType) and _is_kernel_code(obj, fn) and obj is not fn:
                 if obj not in found:
                     found.append(obj)
                     walk(obj)
@@ -323,10 +324,14 @@ def _helpers(fn) -> list:
     return found
 
 
+def _is_kernel_code(obj, fn) -> bool:
+    return obj.__module__ == fn.__module__ or obj.__module__.startswith(f"{__package__}.")
+
+
 @functools.cache
 def source_sha256(kernel: str) -> str:
-    """sha256 of the kernel function's source followed by the source of the module helpers it calls (none for
-    decode/verify): a config's positional per-load lists only fit that traced body."""
+    """sha256 of the kernel function's source followed by the source of the helpers it calls (`_helpers`):
+    a config's positional per-load lists only fit that traced body."""
     fn = kernel_function(kernel)
     text = inspect.getsource(fn) + "".join(inspect.getsource(h) for h in _helpers(fn))
     return hashlib.sha256(text.encode()).hexdigest()

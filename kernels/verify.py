@@ -31,8 +31,8 @@ import helion.language as hl
 import torch
 from kdakit.kernels import tuned
 from kdakit.kernels.decode import _check_runnable_device, _is_power_of_two
-
-_LOG2E = 1.4426950408889634
+from kdakit.kernels.recurrent import LOG2E as _LOG2E
+from kdakit.kernels.recurrent import gate_log_decay, program_heads
 
 # Fallback configs (no run-time autotuning): a tuned config shipped for the GPU's SKU and shape bucket wins
 # (`kdakit.kernels.tuned`), and one set with `set_verify_config` wins over both.
@@ -129,10 +129,7 @@ def _verify(
     scale = K**-0.5
     block_v = hl.register_block_size(1, V)
     for tile_n, tile_hv, tile_v in hl.tile([N, HV, V], block_size=[1, 1, block_v]):
-        n = tile_n.id
-        hv = tile_hv.id
-        h = hv // (HV // H)
-        keys = hl.arange(K)
+        n, hv, h, keys = program_heads(tile_n, tile_hv, H, HV, K)
         slot = slots[n].to(torch.int64)
         row = rows[n].to(torch.int64)
         start = cu_seqlens[n].to(torch.int64)
@@ -166,11 +163,7 @@ def _verify(
                 ).to(torch.float32)
                 state = torch.where(from_parent, parent_state, state)
             x = a_raw.to(torch.float32) + bias
-            if bounded_gate:
-                log_decay = lower_bound * torch.sigmoid(decay_rate * x)
-            else:
-                softplus = torch.where(x <= 20.0, torch.log(1.0 + torch.exp2(x * _LOG2E)), x)
-                log_decay = -decay_rate * softplus
+            log_decay, softplus = gate_log_decay(x, decay_rate, lower_bound, _LOG2E, bounded_gate)
             beta = torch.sigmoid(b_raw.to(torch.float32))
             qt = q_raw.to(torch.float32)
             kt = k_raw.to(torch.float32)

@@ -59,25 +59,14 @@ class Visit:
     def job_name(self) -> str:
         return f"kdakit-{self.run_id}-ab" if self.allocation else f"kdakit-{self.run_id}-{self.arm}-held"
 
-    @property
-    def slurm_dir(self) -> Path:
-        return self.run_dir / STATE_DIR
+    slurm_dir = paths.path_below("run_dir", STATE_DIR)
+    env_file = paths.path_below("slurm_dir", "state", "server.env")
+    wait_ready = paths.path_below("slurm_dir", "wait_ready.py")
+    access = paths.path_below("slurm_dir", "access.py")
 
     @property
     def script_path(self) -> Path:
         return self.slurm_dir / f"{self.job_name}.sbatch"
-
-    @property
-    def env_file(self) -> Path:
-        return self.slurm_dir / "state" / "server.env"
-
-    @property
-    def wait_ready(self) -> Path:
-        return self.slurm_dir / "wait_ready.py"
-
-    @property
-    def access(self) -> Path:
-        return self.slurm_dir / "access.py"
 
     def release_file(self, job_id: str) -> Path:
         """The file whose appearance ends an allocation's batch step (the run is done)."""

@@ -34,6 +34,16 @@ def _bash_syntax_ok(text: str, tmp_path: Path) -> None:
 # Settings
 
 
+def test_a_visit_names_its_files_below_the_runs_slurm_folder(tmp_path):
+    visit = _visit(tmp_path)
+    assert visit.slurm_dir == tmp_path / "results" / "r1" / "slurm"
+    assert visit.env_file == visit.slurm_dir / "state" / "server.env"
+    assert visit.wait_ready == visit.slurm_dir / "wait_ready.py"
+    assert visit.access == visit.slurm_dir / "access.py"
+    with pytest.raises(AttributeError):
+        visit.env_file = tmp_path  # a derived path, not a field
+
+
 def test_settings_file_and_overrides(tmp_path):
     path = tmp_path / "site.toml"
     path.write_text('partition = "gpu"\nnodes = 2\nextra_sbatch = ["--constraint=h200"]\n')

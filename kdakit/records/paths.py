@@ -22,6 +22,12 @@ SLURM_DIR = "slurm"  # <run dir>/slurm/: job scripts, job output, step status, t
 RUN_ID_ENV = "KDAKIT_RUN_ID"
 
 
+def path_below(folder: str, *parts: str) -> property:
+    """A read-only property: the path `parts` below the Path attribute `folder` of its object, for a class
+    that names the files of one of its folders."""
+    return property(lambda obj: getattr(obj, folder).joinpath(*parts), doc=f"{folder}/{'/'.join(parts)}")
+
+
 def new_run_id(now: datetime | None = None) -> str:
     """A run id made of the UTC time: 20261202T093000Z."""
     return (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kdakit.records import paths
 from tests.infra import dockerd, images
 
 SSHD = "/usr/sbin/sshd"
@@ -216,17 +217,9 @@ class TestHost:
     def veth(self) -> str:
         return f"k{self.claim.token}{self.index}"  # plus a/b: interface names are at most 15 characters
 
-    @property
-    def nvidia_smi(self) -> Path:
-        return self.root / "bin" / "nvidia-smi"
-
-    @property
-    def model_path(self) -> Path:
-        return self.root / "model"
-
-    @property
-    def sshd_pidfile(self) -> Path:
-        return self.root / "sshd.pid"
+    nvidia_smi = paths.path_below("root", "bin", "nvidia-smi")
+    model_path = paths.path_below("root", "model")
+    sshd_pidfile = paths.path_below("root", "sshd.pid")
 
 
 def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:

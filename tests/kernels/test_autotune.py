@@ -104,6 +104,27 @@ def test_batches_map_to_the_cuda_graph_bucket_at_or_above_them(batch, bucket):
     assert tuned.batch_bucket(batch) == bucket
 
 
+def test_decode_and_verify_hashes_cover_the_shared_recurrent_helpers(monkeypatch):
+    from kdakit.kernels import recurrent
+
+    for fn in (kd._packed_decode, kv._verify):
+        assert tuned._helpers(fn) == [recurrent.program_heads, recurrent.gate_log_decay]
+    before = {kernel: tuned.source_sha256(kernel) for kernel in ("decode", "verify-chain")}
+
+    def gate_log_decay(x, decay_rate, lower_bound, log2e, bounded_gate):  # an edited shared gate
+        return decay_rate * x, None
+
+    gate_log_decay.__module__ = recurrent.__name__
+    monkeypatch.setattr(kd, "gate_log_decay", gate_log_decay)
+    monkeypatch.setattr(kv, "gate_log_decay", gate_log_decay)
+    tuned.source_sha256.cache_clear()
+    try:
+        after = {kernel: tuned.source_sha256(kernel) for kernel in before}
+    finally:
+        tuned.source_sha256.cache_clear()
+    assert all(after[kernel] != before[kernel] for kernel in before), "configs of an edited helper look fresh"
+
+
 def test_batch_zero_has_no_bucket():
     with pytest.raises(ValueError):
         tuned.batch_bucket(0)

@@ -10,7 +10,16 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_TIME = {"__init__.py", "decode.py", "verify.py", "prefill.py", "reference.py", "tuned.py", "shapes.py"}
+RUN_TIME = {
+    "__init__.py",
+    "decode.py",
+    "verify.py",
+    "prefill.py",
+    "recurrent.py",
+    "reference.py",
+    "tuned.py",
+    "shapes.py",
+}
 
 
 def test_kernels_holds_only_the_run_time_modules_and_tools_its_own_package():
