@@ -23,9 +23,10 @@ class _DefaultsShown(argparse.HelpFormatter):
         return text
 
 
-def _command(kernels: argparse._SubParsersAction, name: str, func, **texts) -> argparse.ArgumentParser:
-    """`kdakit kernels NAME` (its help and description in `texts`, option defaults shown) running `func`."""
-    parser = kernels.add_parser(name, formatter_class=_DefaultsShown, **texts)
+def _command(kernels: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+    """`kdakit kernels NAME` with its handler, help and description from _COMMANDS (option defaults shown)."""
+    func, help_text, description = _COMMANDS[name]
+    parser = kernels.add_parser(name, formatter_class=_DefaultsShown, help=help_text, description=description)
     parser.set_defaults(func=func)
     return parser
 
@@ -64,16 +65,7 @@ def _bench_parser(kernels: argparse._SubParsersAction, model: dict, bench_defaul
     from kdakit.kernels.tools import bench as bench_module
     from kdakit.kernels.tools import upstream
 
-    bench = _command(
-        kernels,
-        "bench",
-        cmd_bench,
-        help="time SGLang's Triton and Helion KDA kernels and kdakit's on one GPU (the PR's table)",
-        description="Decode, verify and prefill on one GPU: CUDA-graph per-call medians, L2-cold slot "
-        "rotation, arms interleaved in rotated rounds, outputs checked against SGLang's Triton, HBM floor "
-        "from the measured copy bandwidth. "
-        "Writes RESULTS_DIR/RUN_ID/HOST/kernels-bench.json and its kdakit.result.v1 record.",
-    )
+    bench = _command(kernels, "bench")
     phases = ",".join(bench_module.PHASES)
     bench.add_argument(
         "--phases",
@@ -126,14 +118,7 @@ def _autotune_parser(kernels: argparse._SubParsersAction, tune_defaults: dict) -
     from kdakit.kernels.tuned import PREFILL_KERNELS
 
     prefill_names = ", ".join(PREFILL_KERNELS)
-    tune = _command(
-        kernels,
-        "autotune",
-        cmd_autotune,
-        help="tune kdakit's Helion KDA kernels for this GPU's SKU and write config files (GPU only)",
-        description="Helion's autotuner per kernel and shape bucket, then the candidates timed with the "
-        "bench's CUDA-graph timer; the faster config is written to OUT/SKU/KERNEL-BUCKET.json.",
-    )
+    tune = _command(kernels, "autotune")
     tune.add_argument("--sku", required=True, help="the SKU of this GPU (kdakit skus; checked against it)")
     tune.add_argument(
         "--kernels",
@@ -169,17 +154,7 @@ def _autotune_parser(kernels: argparse._SubParsersAction, tune_defaults: dict) -
 def _served_parser(kernels: argparse._SubParsersAction, model: dict) -> None:
     from kdakit.kernels.tools import served as served_module
 
-    served = _command(
-        kernels,
-        "served",
-        cmd_served,
-        help="the prefill as SGLang serves it, per arm: one KDA layer and a layer stack through SGLang's "
-        "breakable prefill CUDA graph, and eager (GPU only)",
-        description="Per arm, through SGLang's own KDA backend and breakable prefill CUDA graph protocol: "
-        "per-layer extend in the graph as served and eager (with host time), a stack of KDA layers with "
-        "stand-in GPU work per layer, and the estimated prefill time of the PR's inputs. Writes "
-        "RESULTS_DIR/RUN_ID/HOST/served-prefill.json.",
-    )
+    served = _command(kernels, "served")
     stack_defaults = served_module.StackConfig()
     served.add_argument("--heads", type=int, default=model["heads"], help="local KDA heads")
     served.add_argument("--layer-cases", default=",".join(served_module.LAYER_CASES), help="BATCHxTOKENS,...")
@@ -199,15 +174,7 @@ def _served_parser(kernels: argparse._SubParsersAction, model: dict) -> None:
 def _profile_parser(kernels: argparse._SubParsersAction) -> None:
     from kdakit.kernels.tools import profile as profile_module
 
-    prof = _command(
-        kernels,
-        "profile",
-        cmd_profile,
-        help="per-kernel device time of every prefill arm (torch profiler; GPU only)",
-        description="Each prefill arm called as SGLang's adapters call it, then `--calls` calls profiled: "
-        "every CUDA kernel's µs per call and the arm's total without the input restore. Writes "
-        "RESULTS_DIR/RUN_ID/HOST/prefill-profile.json after every row.",
-    )
+    prof = _command(kernels, "profile")
     prof.add_argument("--cases", default=profile_module.DEFAULT_CASES, help="BATCHxTOKENS:HEADS,...")
     prof.add_argument("--calls", type=int, default=20, help="profiled calls per arm and case")
     _results_arguments(prof, "profile")
@@ -217,17 +184,7 @@ def _sweep_parser(kernels: argparse._SubParsersAction) -> None:
     from kdakit.kernels import shapes
     from kdakit.kernels.tools import sweep as sweep_module
 
-    sweep = _command(
-        kernels,
-        "sweep",
-        cmd_sweep,
-        help="the small-token prefill PR's sweep: every Helion prefill against SGLang's Triton, 216 cases "
-        "(GPU only)",
-        description="Lengths x heads x fixed/varlen x state precision (kernels/shapes.toml [sweep]), gate "
-        "and beta padded past the tokens, each arm in a fresh process whose first prefill is T = 1, and the "
-        "arm's decode refusing a non-power-of-two head dim. Appends RESULTS_DIR/RUN_ID/HOST/sweep.jsonl per "
-        "case, then writes sweep.json.",
-    )
+    sweep = _command(kernels, "sweep")
     sweep_defaults = sweep_module.SweepConfig()
     sweep.add_argument("--arms", default=",".join(sweep_module.ARMS), help="Helion arms to sweep")
     sweep.add_argument("--lengths", default=shapes.csv("sweep", "lengths"), help="tokens per sequence")
@@ -244,15 +201,7 @@ def _sweep_parser(kernels: argparse._SubParsersAction) -> None:
 
 
 def _seeds_parser(kernels: argparse._SubParsersAction) -> None:
-    seeds = _command(
-        kernels,
-        "seeds",
-        cmd_seeds,
-        help="the seed PRs' kernel measurements in one bounded GPU call: the per-layer verify table and the "
-        "prefill sweep",
-        description="`kernels bench --phases verify-layer` in a child process, then `kernels sweep` for "
-        "every Helion arm, within --budget-s; writes RESULTS_DIR/RUN_ID/HOST/ and prints both tables last.",
-    )
+    seeds = _command(kernels, "seeds")
     seeds.add_argument("--budget-s", type=float, default=420.0, help="bound on the whole call")
     _results_arguments(seeds, "seeds")
     seeds.add_argument("--dry-run", action="store_true", help="print the plan only")
@@ -509,6 +458,56 @@ def cmd_served_table(args: argparse.Namespace) -> int:
     print(section)
     return 0
 
+
+# name -> (handler, help, description) of the subcommands with options of their own (see _*_parser).
+_COMMANDS = {
+    "bench": (
+        cmd_bench,
+        "time SGLang's Triton and Helion KDA kernels and kdakit's on one GPU (the PR's table)",
+        "Decode, verify and prefill on one GPU: CUDA-graph per-call medians, L2-cold slot "
+        "rotation, arms interleaved in rotated rounds, outputs checked against SGLang's Triton, HBM floor "
+        "from the measured copy bandwidth. "
+        "Writes RESULTS_DIR/RUN_ID/HOST/kernels-bench.json and its kdakit.result.v1 record.",
+    ),
+    "autotune": (
+        cmd_autotune,
+        "tune kdakit's Helion KDA kernels for this GPU's SKU and write config files (GPU only)",
+        "Helion's autotuner per kernel and shape bucket, then the candidates timed with the "
+        "bench's CUDA-graph timer; the faster config is written to OUT/SKU/KERNEL-BUCKET.json.",
+    ),
+    "served": (
+        cmd_served,
+        "the prefill as SGLang serves it, per arm: one KDA layer and a layer stack through SGLang's "
+        "breakable prefill CUDA graph, and eager (GPU only)",
+        "Per arm, through SGLang's own KDA backend and breakable prefill CUDA graph protocol: "
+        "per-layer extend in the graph as served and eager (with host time), a stack of KDA layers with "
+        "stand-in GPU work per layer, and the estimated prefill time of the PR's inputs. Writes "
+        "RESULTS_DIR/RUN_ID/HOST/served-prefill.json.",
+    ),
+    "profile": (
+        cmd_profile,
+        "per-kernel device time of every prefill arm (torch profiler; GPU only)",
+        "Each prefill arm called as SGLang's adapters call it, then `--calls` calls profiled: "
+        "every CUDA kernel's µs per call and the arm's total without the input restore. Writes "
+        "RESULTS_DIR/RUN_ID/HOST/prefill-profile.json after every row.",
+    ),
+    "sweep": (
+        cmd_sweep,
+        "the small-token prefill PR's sweep: every Helion prefill against SGLang's Triton, 216 cases "
+        "(GPU only)",
+        "Lengths x heads x fixed/varlen x state precision (kernels/shapes.toml [sweep]), gate "
+        "and beta padded past the tokens, each arm in a fresh process whose first prefill is T = 1, and the "
+        "arm's decode refusing a non-power-of-two head dim. Appends RESULTS_DIR/RUN_ID/HOST/sweep.jsonl per "
+        "case, then writes sweep.json.",
+    ),
+    "seeds": (
+        cmd_seeds,
+        "the seed PRs' kernel measurements in one bounded GPU call: the per-layer verify table and the "
+        "prefill sweep",
+        "`kernels bench --phases verify-layer` in a child process, then `kernels sweep` for "
+        "every Helion arm, within --budget-s; writes RESULTS_DIR/RUN_ID/HOST/ and prints both tables last.",
+    ),
+}
 
 _SWITCHES = {"--force", "--write", "--check", "--resolve"}  # options that take no value
 # name -> (handler, help, {option: its help}) of the subcommands whose options are switches and paths.
