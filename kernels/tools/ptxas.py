@@ -40,11 +40,42 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
     q, k, v = e(T, H * K, dtype=bf), e(T, H * K, dtype=bf), e(T, HV * V, dtype=bf)
     gcum, act64, beta = e(rows, K), e(rows, 64, dtype=bf), e(rows, dtype=bf)
     rn, spans, scale = e(rows), torch.zeros(M, 2, dtype=torch.int64), 0.088
+    chunk_count, chunk_lanes = torch.full((1,), M, dtype=torch.int64), torch.zeros(M, dtype=torch.int32)
     wkq = [e(rows, K, dtype=bf) for _ in range(3)]
     return {
-        "gate": (e(rows, K, dtype=bf), e(HV), e(HV * K), cu, ends, gcum, spans, lower_bound, 2, True, HV),
-        "intra": (q, k, gcum, beta, rn, rn, spans, e(rows, 64), act64, scale, True, True, HV, HV // H),
-        "solve": (e(rows, 64), spans, act64, HV),
+        "gate": (
+            e(rows, K, dtype=bf),
+            e(HV),
+            e(HV * K),
+            cu,
+            ends,
+            gcum,
+            spans,
+            chunk_lanes,
+            lower_bound,
+            2,
+            True,
+            HV,
+        ),
+        "intra": (
+            q,
+            k,
+            gcum,
+            beta,
+            rn,
+            rn,
+            spans,
+            chunk_count,
+            chunk_lanes,
+            e(rows, 64),
+            act64,
+            scale,
+            True,
+            True,
+            HV,
+            HV // H,
+        ),  # fmt: skip
+        "solve": (e(rows, 64), spans, chunk_count, chunk_lanes, act64, HV),
         "recompute_wk": (
             q,
             k,
@@ -53,6 +84,8 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
             rn,
             rn,
             spans,
+            chunk_count,
+            chunk_lanes,
             act64,
             *wkq,
             e(M * HV, K),
@@ -61,7 +94,7 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
             HV,
             HV // H,
         ),
-        "recompute_u": (v, beta, spans, act64, True, HV),
+        "recompute_u": (v, beta, spans, chunk_count, chunk_lanes, act64, True, HV),
         "state": (
             *wkq[:1],
             v,

@@ -35,3 +35,16 @@ def test_state_pass_operand_loads_are_pipelined():
     two, three = _state_shared_memory(2), _state_shared_memory(3)
     assert three > two > 64 * 1024
     assert three <= 227 * 1024, "the default must fit the H200's shared memory at the bench's shapes"
+
+
+def test_example_args_fit_every_prefill_kernels_signature():
+    """The report binds each kernel to these arguments: one left behind by a signature change fails here,
+    not in the middle of a register survey."""
+    import inspect
+
+    examples = P.example_args()
+    assert set(examples) == set(prefill._FNS)
+    for name, args in examples.items():
+        params = inspect.signature(prefill._FNS[name]).parameters
+        assert len(args) == len(params), name
+        inspect.signature(prefill._FNS[name]).bind(*args)
