@@ -140,6 +140,19 @@ def _launch_specialization(arg_names, tensors: dict, values: dict) -> tuple[dict
     return constants, attrs
 
 
+def _host_constexprs(jit, code: str) -> dict[str, int]:
+    """The kernel's `tl.constexpr` parameters (reduction sizes such as `_RDIM_SIZE_8`) with the values
+    Helion's host code assigns them before the launch."""
+    values = {}
+    for param in jit.params:
+        if param.is_constexpr:
+            match = re.search(rf"^\s+{param.name} = (\d+)$", code, re.M)
+            if match is None:
+                raise ValueError(f"no value for the constexpr {param.name} in the host code")
+            values[param.name] = int(match.group(1))
+    return values
+
+
 def report(name: str, args: tuple, workdir: str) -> str:
     kernel = prefill._kernels[name]
     config = kernel.configs[0]
@@ -159,6 +172,7 @@ def report(name: str, args: tuple, workdir: str) -> str:
         for a in jit.arg_names
     }
     constants, attrs = _launch_specialization(jit.arg_names, tensors, dict(zip(params, args, strict=False)))
+    constants.update(_host_constexprs(jit, code))
     for arg in constants:
         signature[arg] = "constexpr"
     warps, stages = config.config.get("num_warps", 4), config.config.get("num_stages", 1)

@@ -48,3 +48,11 @@ def test_example_args_fit_every_prefill_kernels_signature():
         params = inspect.signature(prefill._FNS[name]).parameters
         assert len(args) == len(params), name
         inspect.signature(prefill._FNS[name]).bind(*args)
+
+
+def test_a_kernel_with_reduction_constexprs_compiles_for_hopper():
+    """The intra-chunk kernel takes `_RDIM_SIZE_*` constexprs whose values only Helion's host code holds:
+    the report passes them to the compile, which otherwise stops on a tensor-valued shape."""
+    with tempfile.TemporaryDirectory() as workdir:
+        line = P.report("intra", P.example_args()["intra"], workdir)
+    assert line.startswith("intra") and "registers" in line and "smem=" in line
