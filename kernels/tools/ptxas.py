@@ -42,77 +42,22 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
     rn, spans, scale = e(rows), torch.zeros(M, 2, dtype=torch.int64), 0.088
     chunk_count, chunk_lanes = torch.full((1,), M, dtype=torch.int64), torch.zeros(M, dtype=torch.int32)
     wkq = [e(rows, K, dtype=bf) for _ in range(3)]
+    chunk = (spans, chunk_count, chunk_lanes)
+    one, lane = torch.ones(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int32)
+    # fmt: off
     return {
-        "gate": (
-            e(rows, K, dtype=bf),
-            e(HV),
-            e(HV * K),
-            cu,
-            ends,
-            gcum,
-            spans,
-            chunk_lanes,
-            lower_bound,
-            2,
-            True,
-            HV,
-        ),
-        "intra": (
-            q,
-            k,
-            gcum,
-            beta,
-            rn,
-            rn,
-            spans,
-            chunk_count,
-            chunk_lanes,
-            e(rows, 64),
-            act64,
-            scale,
-            True,
-            True,
-            HV,
-            HV // H,
-        ),  # fmt: skip
-        "solve": (e(rows, 64), spans, chunk_count, chunk_lanes, act64, HV),
-        "recompute_wk": (
-            q,
-            k,
-            gcum,
-            beta,
-            rn,
-            rn,
-            spans,
-            chunk_count,
-            chunk_lanes,
-            act64,
-            *wkq,
-            e(M * HV, K),
-            scale,
-            True,
-            HV,
-            HV // H,
-        ),
-        "recompute_u": (v, beta, spans, chunk_count, chunk_lanes, act64, True, HV),
-        "state": (
-            *wkq[:1],
-            v,
-            *wkq[1:],
-            act64,
-            e(M * HV * K),
-            e(3 * HV * V, K),
-            torch.ones(1, dtype=torch.int64),
-            cu,
-            ends,
-            e(1, K),
-            torch.ones(1, dtype=torch.int64),
-            torch.zeros(1, dtype=torch.int32),  # one sequence lane
-            torch.ones(1, dtype=torch.int64),  # one sequence with tokens
-            False,
-            HV,
-        ),  # fmt: skip
+        "gate": (e(rows, K, dtype=bf), e(HV), e(HV * K), cu, ends, gcum, spans, chunk_lanes, lower_bound, 2,
+                 True, HV),
+        "intra": (q, k, gcum, beta, rn, rn, *chunk, e(rows, 64), act64, scale, True, True, HV, HV // H),
+        "solve": (e(rows, 64), *chunk, act64, HV),
+        "recompute_wk": (q, k, gcum, beta, rn, rn, *chunk, act64, *wkq, e(M * HV, K), scale, True, HV,
+                         HV // H),
+        "recompute_u": (v, beta, *chunk, act64, True, HV),
+        # the state pass: one sequence, in one sequence lane
+        "state": (wkq[0], v, *wkq[1:], act64, e(M * HV * K), e(3 * HV * V, K), one, cu, ends, e(1, K), one,
+                  lane, one, False, HV),
     }
+    # fmt: on
 
 
 def _launch_specialization(arg_names, tensors: dict, values: dict) -> tuple[dict, dict]:
