@@ -72,10 +72,8 @@ def _packed_decode(
     use_qk_l2norm: hl.constexpr,
     bounded_gate: hl.constexpr,
 ) -> torch.Tensor:
+    HV, V, K = hl.specialize(state.shape[1:])
     B = mixed_qkv.size(0)
-    HV = hl.specialize(state.size(1))
-    V = hl.specialize(state.size(2))
-    K = hl.specialize(state.size(3))
     H = hl.specialize((mixed_qkv.size(1) - HV * V) // (2 * K))
     # Baking the strides in gives compile-time address arithmetic (wide, coalesced state accesses).
     hl.specialize(

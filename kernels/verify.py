@@ -91,11 +91,9 @@ def _verify(
     lower_bound: float,
     bounded_gate: hl.constexpr,
 ) -> torch.Tensor:
+    H, K = hl.specialize(q.shape[1:])
+    HV, V = hl.specialize(v.shape[1:])
     N = slots.size(0)
-    H = hl.specialize(q.size(1))
-    HV = hl.specialize(v.size(1))
-    K = hl.specialize(q.size(2))
-    V = hl.specialize(v.size(2))
     hl.specialize(
         (
             q.stride(0),
