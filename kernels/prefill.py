@@ -104,8 +104,7 @@ def _gate_cumsum_fn(
     block_kk = hl.register_block_size(16, K)
     for tile_p, tile_h, tile_kk in hl.tile([P, HV, K], block_size=[1, 1, block_kk]):
         # (names used inside the lane loop are bound before it: Helion hoists their index arithmetic)
-        hv = tile_h.id
-        chunks = chunk_ends[N - 1]
+        hv, chunks = tile_h.id, chunk_ends[N - 1]
         for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
             m = tile_p.id + tile_s.id * P
             # The only place that maps a chunk to its sequence (count the sequences whose chunks all end at
@@ -390,23 +389,24 @@ def _solve_fn(
     """One program per (chunk, value head): Tinv = (I + L)^-1 (see `_invert_rows`)."""
     P = lanes.size(0)
     for tile_p, tile_h in hl.tile([P, HV], block_size=[1, 1]):
-        hv = tile_h.id
-        chunks = chunk_count[0]
+        hv, chunks = tile_h.id, chunk_count[0]
         for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
             m = tile_p.id + tile_s.id * P
             _invert_rows(akk_rows, tinv_rows, spans[m, 0], spans[m, 1], hv, HV)
     return tinv_rows
 
 
-def _chunk_slots(spans, m, hv, HV):
-    """Chunk m's token span [start, end) and its 64 token slots: token, whether it is in the chunk, and its
-    row in the per-(token, value head) layouts."""
+def _chunk_slots(spans, tile_p, tile_s, P, hv, HV):
+    """The chunk m that lane `tile_p` takes on its step `tile_s` (lane p takes chunks p, p + P, ...), its
+    token span [start, end) and its 64 token slots: token, whether it is in the chunk, and its row in the
+    per-(token, value head) layouts."""
+    m = tile_p.id + tile_s.id * P
     start = hl.load(spans, [m, 0])
     end = hl.load(spans, [m, 1])
     token = start + hl.arange(64)
     valid = token < end
     row = token * HV + hv
-    return start, end, token, valid, row
+    return m, start, end, token, valid, row
 
 
 def _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw):
@@ -442,11 +442,9 @@ def _recompute_wk_fn(
     hl.specialize((q_rows.stride(0), k_rows.stride(0), gcum_rows.stride(0)))
     block_k = hl.register_block_size(16, K)
     for tile_p, tile_h, tile_c in hl.tile([P, HV, K], block_size=[1, 1, block_k]):
-        hv = tile_h.id
-        chunks = chunk_count[0]
+        hv, chunks = tile_h.id, chunk_count[0]
         for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
-            m = tile_p.id + tile_s.id * P
-            start, end, token, valid, row = _chunk_slots(spans, m, hv, HV)
+            m, start, end, token, valid, row = _chunk_slots(spans, tile_p, tile_s, P, hv, HV)
             cols = tile_c.index
             qk_cols = (hv // GROUP) * K + cols
             tinv, beta = _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw)
@@ -492,11 +490,9 @@ def _recompute_u_fn(
     hl.specialize(v_rows.stride(0))
     block_v = hl.register_block_size(16, V)
     for tile_p, tile_h, tile_v in hl.tile([P, HV, V], block_size=[1, 1, block_v]):
-        hv = tile_h.id
-        chunks = chunk_count[0]
+        hv, chunks = tile_h.id, chunk_count[0]
         for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
-            m = tile_p.id + tile_s.id * P
-            start, end, token, valid, row = _chunk_slots(spans, m, hv, HV)
+            m, start, end, token, valid, row = _chunk_slots(spans, tile_p, tile_s, P, hv, HV)
             tinv, beta = _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw)
             v_cols = hv * V + tile_v.index
             vt = hl.load(v_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
@@ -528,17 +524,16 @@ def _state_pass_fn(
     has_track: hl.constexpr,
     HV: hl.constexpr,
 ) -> torch.Tensor:
-    N = pool_index.size(0)
-    P = lanes.size(0)
     K = hl.specialize(w_rows.size(1))
     V = hl.specialize(u_rows.size(1)) // HV
-    hl.specialize((w_rows.stride(0), u_rows.stride(0), pool_rows.stride(0)))
+    N = pool_index.size(0)
+    P = lanes.size(0)
     block_v = hl.register_block_size(16, V)
+    hl.specialize((w_rows.stride(0), u_rows.stride(0), pool_rows.stride(0)))
     # One program per (lane, value head, V tile); lane p runs sequences p, p + P, ... up to seq_count. A
     # CUDA graph's tables hold many empty sequence slots past the batch: no program is spent on them.
     for tile_p, tile_h, tile_v in hl.tile([P, HV, V], block_size=[1, 1, block_v]):
-        hv = tile_h.id
-        count = seq_count[0]
+        hv, count = tile_h.id, seq_count[0]
         for tile_s in hl.tile((count - tile_p.id + P - 1) // P, block_size=1):
             n = tile_p.id + tile_s.id * P
             begin = cu_seqlens[n].long()

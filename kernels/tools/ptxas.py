@@ -43,7 +43,10 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
     chunk_count, chunk_lanes = torch.full((1,), M, dtype=torch.int64), torch.zeros(M, dtype=torch.int32)
     wkq = [e(rows, K, dtype=bf) for _ in range(3)]
     chunk = (spans, chunk_count, chunk_lanes)
-    one, lane = torch.ones(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int32)
+    # the state pass's one sequence (its pool slot, tracked chunk and count: three tensors, since Helion
+    # passes one tensor given twice as one argument) in one sequence lane
+    slot, tracked, seqs = (torch.ones(1, dtype=torch.int64) for _ in range(3))
+    lane = torch.zeros(1, dtype=torch.int32)
     # fmt: off
     return {
         "gate": (e(rows, K, dtype=bf), e(HV), e(HV * K), cu, ends, gcum, spans, chunk_lanes, lower_bound, 2,
@@ -53,9 +56,8 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
         "recompute_wk": (q, k, gcum, beta, rn, rn, *chunk, act64, *wkq, e(M * HV, K), scale, True, HV,
                          HV // H),
         "recompute_u": (v, beta, *chunk, act64, True, HV),
-        # the state pass: one sequence, in one sequence lane
-        "state": (wkq[0], v, *wkq[1:], act64, e(M * HV * K), e(3 * HV * V, K), one, cu, ends, e(1, K), one,
-                  lane, one, False, HV),
+        "state": (wkq[0], v, *wkq[1:], act64, e(M * HV * K), e(3 * HV * V, K), slot, cu, ends, e(1, K),
+                  tracked, lane, seqs, False, HV),
     }
     # fmt: on
 
