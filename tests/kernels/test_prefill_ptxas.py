@@ -3,6 +3,7 @@ shared-memory and register counts are those of the kernel a GPU runs."""
 
 from __future__ import annotations
 
+import inspect
 import tempfile
 
 import torch
@@ -40,14 +41,10 @@ def test_state_pass_operand_loads_are_pipelined():
 def test_example_args_fit_every_prefill_kernels_signature():
     """The report binds each kernel to these arguments: one left behind by a signature change fails here,
     not in the middle of a register survey."""
-    import inspect
-
     examples = P.example_args()
     assert set(examples) == set(prefill._FNS)
     for name, args in examples.items():
-        params = inspect.signature(prefill._FNS[name]).parameters
-        assert len(args) == len(params), name
-        inspect.signature(prefill._FNS[name]).bind(*args)
+        inspect.signature(prefill._FNS[name]).bind(*args)  # TypeError naming a missing or extra argument
 
 
 def test_a_kernel_with_reduction_constexprs_compiles_for_hopper():
