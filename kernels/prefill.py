@@ -593,7 +593,8 @@ def _state_pass_fn(
 # and 64-row dots, and a program that holds little runs many to an SM (8-warp versions of these kernels
 # used 255 registers a thread, one program per SM, and were latency-bound: 250 and 191 us at 1x4096).
 # Warps and tiles: the H200 sweeps in measurements/kernels-tuning/h200_prefill_sweep.json. The state pass's
-# V tile is widened at run time when its programs would take more than one wave (_state_kernel).
+# V tile is widened at run time when its programs would take more than one wave (_state_kernel); 4 warps,
+# not 8: 103 against 135 us at 1x4096, 16 heads (measurements/kernels-tuning/h200-2026-12-04-state).
 # At run time, per kernel: a config set by configure() / KDAKIT_PREFILL_CONFIGS wins, else the tuned config
 # shipped for the GPU's SKU and bucket (`prefill-<kernel>` files, kdakit.kernels.tuned), else these.
 DEFAULT_CONFIGS: dict[str, dict] = {
@@ -603,19 +604,20 @@ DEFAULT_CONFIGS: dict[str, dict] = {
     "solve": {"block_sizes": [], "num_warps": 2, "num_stages": 1, "indexing": "pointer"},
     "recompute_wk": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [K tile]
     "recompute_u": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [V tile]
-    "state": {"block_sizes": [16], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},  # [V tile]
+    "state": {"block_sizes": [16], "num_warps": 4, "num_stages": 3, "indexing": "pointer"},  # [V tile]
 }
 
 # Kernels `kdakit kernels autotune` does not hand to Helion's search, with the configs it times beside the
 # module default instead. Some candidate of the state pass's search stops with an illegal memory access on
 # the H200 at every bucket (triton 3.6), taking the process's CUDA context and the bucket with it; Helion
 # cannot isolate it in a subprocess because the kernel writes its inputs. These ran on the H200 and matched
-# the default's outputs (measurements/kernels-tuning/h200-2026-12-03-tuned, lanes.jsonl).
+# the default's outputs bit for bit (measurements/kernels-tuning/h200-2026-12-04-state).
 UNSEARCHED_CANDIDATES: dict[str, list[dict]] = {
     "state": [
-        {"block_sizes": [32], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},
-        {"block_sizes": [32], "num_warps": 8, "num_stages": 2, "indexing": "pointer"},
-        {"block_sizes": [16], "num_warps": 8, "num_stages": 2, "indexing": "pointer"},
+        {"block_sizes": [16], "num_warps": 4, "num_stages": 4, "indexing": "pointer"},
+        {"block_sizes": [32], "num_warps": 4, "num_stages": 3, "indexing": "pointer"},
+        {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},
+        {"block_sizes": [16], "num_warps": 8, "num_stages": 3, "indexing": "pointer"},
     ]
 }
 

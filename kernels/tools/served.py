@@ -271,8 +271,8 @@ def render_table(record: dict) -> str:
         ]
         base = {e["tokens"]: e["ms"] for e in est if e["arm"] == "triton"}
         for e in est:
-            diff = e["ms"] - base.get(e["tokens"], e["ms"])
-            out.append(f"- {e['arm']}, {e['tokens']} tokens: {e['ms']:.2f} ({diff:+.2f})")
+            diff = f"{e['ms'] - base[e['tokens']]:+.2f}" if e["tokens"] in base else "triton not measured"
+            out.append(f"- {e['arm']}, {e['tokens']} tokens: {e['ms']:.2f} ({diff})")
     return "\n".join(out)
 
 

@@ -55,3 +55,14 @@ def test_ttft_estimate_scales_the_chunk_case_to_the_input():
     assert (short["tokens"], short["ms"], short["chunks"]) == (4096, 1.0, 1)
     # 32768 tokens: 4 chunks of 8192, each twice the timed 4096-token prefill
     assert (long["tokens"], long["ms"], long["chunks"]) == (32768, 8.0, 4)
+
+
+def test_an_arm_without_a_triton_estimate_shows_no_difference():
+    newest = sorted(served.RECORDS.glob(f"*/*/{served.RAW_NAME}"))[-1]
+    record = json.loads(newest.read_text())
+    for row in record["stack"]:
+        if row["arm"] == "triton" and row["case"] == "1x4096" and row["mode"] == "graph":
+            row.pop("us", None)
+            row["error"] = "AcceleratorError: capture failed"
+    lines = [line for line in served.render_table(record).splitlines() if line.startswith("- helion, 4096 ")]
+    assert lines and all(line.endswith("(triton not measured)") for line in lines)
