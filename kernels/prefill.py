@@ -521,6 +521,7 @@ def _state_pass_fn(
     track_chunk: torch.Tensor,  # [N]
     lanes: torch.Tensor,  # [P]: its size is the number of sequence lanes (values unused)
     seq_count: torch.Tensor,  # [1] int64: sequences up to the last non-empty one (device data)
+    count_range: torch.Tensor,  # [2] int64: this launch runs the batch only if lo <= seq_count <= hi
     has_track: hl.constexpr,
     HV: hl.constexpr,
 ) -> torch.Tensor:
@@ -531,9 +532,12 @@ def _state_pass_fn(
     block_v = hl.register_block_size(16, V)
     hl.specialize((w_rows.stride(0), u_rows.stride(0), pool_rows.stride(0)))
     # One program per (lane, value head, V tile); lane p runs sequences p, p + P, ... up to seq_count. A
-    # CUDA graph's tables hold many empty sequence slots past the batch: no program is spent on them.
+    # CUDA graph's tables hold many empty sequence slots past the batch: no program is spent on them. The
+    # tile width suited to a batch depends on its sequence count, which is device data: chunk_kda launches
+    # one width per count range and the launches outside the batch's range run no sequence.
     for tile_p, tile_h, tile_v in hl.tile([P, HV, V], block_size=[1, 1, block_v]):
         hv, count = tile_h.id, seq_count[0]
+        count = torch.where((count >= count_range[0]) & (count <= count_range[1]), count, 0)
         for tile_s in hl.tile((count - tile_p.id + P - 1) // P, block_size=1):
             n = tile_p.id + tile_s.id * P
             begin = cu_seqlens[n].long()
@@ -593,7 +597,7 @@ def _state_pass_fn(
 # and 64-row dots, and a program that holds little runs many to an SM (8-warp versions of these kernels
 # used 255 registers a thread, one program per SM, and were latency-bound: 250 and 191 us at 1x4096).
 # Warps and tiles: the H200 sweeps in measurements/kernels-tuning/h200_prefill_sweep.json. The state pass's
-# V tile is widened at run time when its programs would take more than one wave (_state_kernel); 4 warps,
+# V tile is chosen at run time per sequence count (state_plan: one launch per count range); 4 warps,
 # not 8: 103 against 135 us at 1x4096, 16 heads (measurements/kernels-tuning/h200-2026-12-04-state).
 # At run time, per kernel: a config set by configure() / KDAKIT_PREFILL_CONFIGS wins, else the tuned config
 # shipped for the GPU's SKU and bucket (`prefill-<kernel>` files, kdakit.kernels.tuned), else these.
@@ -657,7 +661,7 @@ def _kernel(name: str, cfg: dict) -> helion.Kernel:
     return _by_config[key]
 
 
-_widen_state = True  # see _state_kernel
+_widen_state = True  # see _state_launches
 
 
 def configure(configs: dict[str, dict] | None = None, widen_state: bool = True) -> None:
@@ -692,7 +696,7 @@ def reset() -> None:
     _built.clear()
     _by_config.clear()
     _fewer_stages.clear()
-    _widened.clear()
+    _state_plans.clear()
     configure({})
 
 
@@ -743,32 +747,34 @@ _configure_from_env()
 
 
 MAX_STATE_TILE = 64
+# Pipeline stages of the widest tile: three need more shared memory than the H200 has; set here rather than
+# left to _launch_within_shared_memory's retry, whose recompile would fall inside a prefill graph's capture.
+MAX_TILE_STAGES = 2
 
 
 def widened_block_v(block_v: int, programs_per_tile: int, V: int, sms: int) -> int:
     """The state pass's V tile: the configured one, doubled while its programs (programs_per_tile =
-    sequences x value heads, per V tile) outnumber the SMs and a wider tile can bring them within one wave.
+    sequences x value heads, per V tile) outnumber the SMs and a wider tile can bring them within one wave;
+    where no tile brings them within one wave, the widest (the most sequences side by side).
 
     Each program runs one sequence's whole chain of chunks and takes a whole SM (its pipelined operands fill
-    shared memory), so a second wave doubles the time; at 2x4096 tokens the whole prefill ran 469 us with a
-    32-wide tile (128 programs) against 584 us with 16-wide (256 programs, two waves) on the H200. Beyond
-    one wave at V, keep the configured tile (many short sequences: more, smaller programs).
+    shared memory). A step of the chain is latency-bound: 1.6 us at a 16-wide tile, 1.8 at 32, 2.9 at 64
+    (H200, 4 warps), so one sequence runs fastest narrow, and many sequences wide, in parallel lanes
+    (8 x 512 tokens at 16 heads: 118 us at 16 wide in one lane, 61 us at 64 wide in four;
+    measurements/kernels-tuning/h200-2026-12-04-state).
 
-    The tile never widens past MAX_STATE_TILE: a prefill graph with 8 sequence slots at 16 heads asked for a
-    128-wide tile, whose stages overflow the H200's shared memory, and its capture failed; capped at 64 the
-    same graph captures and replays."""
+    The tile never widens past MAX_STATE_TILE: a 128-wide tile's stages overflow the H200's shared memory
+    (a prefill graph with 8 sequence slots at 16 heads failed to capture with one)."""
+    widest = max(block_v, min(V, MAX_STATE_TILE))
     width = block_v
-    while width < min(V, MAX_STATE_TILE) and programs_per_tile * math.ceil(V / width) > sms:
+    while width < widest and programs_per_tile * math.ceil(V / width) > sms:
         width *= 2
-    return width if programs_per_tile * math.ceil(V / width) <= sms else block_v
+    return width
 
 
 def _state_variant(kernel: helion.Kernel, **changes) -> helion.Kernel:
     """The state pass kernel under `kernel`'s config with some fields changed (compiled once per config)."""
     return _kernel("state", {**dict(kernel.configs[0]), **changes})
-
-
-_widened: dict[tuple, tuple] = {}  # (kernel, sequences x heads, sequences, V, device) -> (kernel, lanes)
 
 
 def state_lanes(N: int, HV: int, tiles: int, sms: int) -> int:
@@ -781,32 +787,67 @@ def state_lanes(N: int, HV: int, tiles: int, sms: int) -> int:
     return max(1, min(N, sms // (HV * tiles)))
 
 
+def state_plan(N: int, HV: int, V: int, block_v: int, sms: int) -> list[tuple[int, int, int, int]]:
+    """The state pass's launches for a table of N sequence slots: (width, lanes, lo, hi) per V tile width,
+    each to run the batch when its real sequence count (device data) is in [lo, hi]. The count ranges
+    partition 0..N by widened_block_v; lanes are sized for the range's largest count."""
+    plan: list[list[int]] = []
+    for count in range(1, N + 1):
+        width = widened_block_v(block_v, count * HV, V, sms)
+        if plan and plan[-1][0] == width:
+            plan[-1][3] = count
+        else:
+            plan.append([width, 0, count, count])
+    plan[0][2] = 0
+    return [(w, state_lanes(hi, HV, math.ceil(V / w), sms), lo, hi) for w, _, lo, hi in plan]
+
+
 _CPU_LANES = 2  # the interpreter has no SMs: two lanes, so a lane strides over sequences whenever N > 2
 
 
-def _state_kernel(kernel, N: int, HV: int, V: int, device) -> tuple:
-    """The state pass kernel for this call, `kernel` with its V tile widened per widened_block_v, and its
-    number of sequence lanes (state_lanes). Cached, so a repeated shape costs one dict lookup."""
-    on_gpu = device.type == "cuda"
-    index = (device.index if device.index is not None else torch.cuda.current_device()) if on_gpu else -1
-    key = (kernel, N * HV, N, V, index)
-    chosen = _widened.get(key)
-    if chosen is None:
-        sms = helion.runtime.get_num_sm(torch.device("cuda", index)) if on_gpu else 0
-        chosen_kernel = kernel
-        width = V
-        if isinstance(kernel, helion.Kernel):  # (autotune's recorder wraps the kernel)
-            block_sizes = list(kernel.configs[0]["block_sizes"])
-            width = int(block_sizes[0])
-            if _widen_state and on_gpu:
-                widened = widened_block_v(width, N * HV, V, sms)
-                if widened != width:
-                    chosen_kernel = _state_variant(kernel, block_sizes=[widened, *block_sizes[1:]])
-                    width = widened
-        lanes = state_lanes(N, HV, math.ceil(V / width), sms) if on_gpu else min(N, _CPU_LANES)
-        chosen = (chosen_kernel, lanes)
-        _widened[key] = chosen
-    return chosen
+def _sm_count(device) -> int | None:
+    """The GPU's SMs; None for the CPU (the interpreter: one launch, _CPU_LANES lanes)."""
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return helion.runtime.get_num_sm(torch.device("cuda", index))
+
+
+_state_plans: dict[tuple, tuple] = {}  # (kernel, N, HV, V, device) -> ((kernel, lane ids, count range), ...)
+
+
+def _state_launches(kernel, N: int, HV: int, V: int, device) -> tuple:
+    """The state pass's launches for this call: (kernel, lane ids, count range) per entry of state_plan, the
+    kernel `kernel` with its V tile set to the entry's width. One launch of the configured tile where the
+    tile is fixed (configure(widen_state=False), autotune's recorder) or there are no SMs to fill. Cached,
+    so a repeated shape costs one dict lookup."""
+    key = (kernel, N, HV, V, str(device))
+    launches = _state_plans.get(key)
+    if launches is not None:
+        return launches
+    sms = _sm_count(device)
+    if not isinstance(kernel, helion.Kernel) or not _widen_state or sms is None:
+        width = int(kernel.configs[0]["block_sizes"][0]) if isinstance(kernel, helion.Kernel) else V
+        lanes = min(N, _CPU_LANES) if sms is None else state_lanes(N, HV, math.ceil(V / width), sms)
+        launches = ((kernel, _lane_ids(lanes, device), _count_range(0, N, device)),)
+    else:
+        block_sizes = list(kernel.configs[0]["block_sizes"])
+        stages = int(kernel.configs[0].config.get("num_stages", 1))
+
+        def variant(width: int):
+            if width == block_sizes[0]:
+                return kernel
+            changes = {"block_sizes": [width, *block_sizes[1:]]}
+            if width >= MAX_STATE_TILE:
+                changes["num_stages"] = min(stages, MAX_TILE_STAGES)
+            return _state_variant(kernel, **changes)
+
+        launches = tuple(
+            (variant(width), _lane_ids(lanes, device), _count_range(lo, hi, device))
+            for width, lanes, lo, hi in state_plan(N, HV, V, int(block_sizes[0]), sms)
+        )
+    _state_plans[key] = launches
+    return launches
 
 
 _fewer_stages: dict[int, helion.Kernel] = {}  # id(bound kernel) -> the state kernel with fewer stages
@@ -842,6 +883,16 @@ def _lane_ids(lanes: int, device) -> torch.Tensor:
     if key not in _lanes_cache:
         _lanes_cache[key] = torch.zeros(lanes, dtype=torch.int32, device=device)
     return _lanes_cache[key]
+
+
+_ranges_cache: dict[tuple, torch.Tensor] = {}
+
+
+def _count_range(lo: int, hi: int, device) -> torch.Tensor:
+    key = (lo, hi, str(device))
+    if key not in _ranges_cache:
+        _ranges_cache[key] = torch.tensor([lo, hi], dtype=torch.int64, device=device)
+    return _ranges_cache[key]
 
 
 def _is_pow2(n: int) -> bool:
@@ -1052,11 +1103,11 @@ def chunk_kda(
     if not initial_state.is_contiguous():
         raise ValueError("initial_state must be a contiguous [slots,HV,V,K] pool")
     pool_rows = initial_state.view(-1, K)
-    state_kernel, lanes = _state_kernel(kernels["state"], N, HV, V, dev)
-    _launch_within_shared_memory(state_kernel, (
-        w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
-        track_rows, track_chunk, _lane_ids(lanes, dev), counts[1:], has_track, HV,
-    ))  # fmt: skip
+    for state_kernel, lane_ids, count_range in _state_launches(kernels["state"], N, HV, V, dev):
+        _launch_within_shared_memory(state_kernel, (
+            w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
+            track_rows, track_chunk, lane_ids, counts[1:], count_range, has_track, HV,
+        ))  # fmt: skip
     return (out, None) if output_intermediate_states else out
 
 

@@ -46,6 +46,7 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
     # the state pass's one sequence (its pool slot, tracked chunk and count: three tensors, since Helion
     # passes one tensor given twice as one argument) in one sequence lane
     slot, tracked, seqs = (torch.ones(1, dtype=torch.int64) for _ in range(3))
+    count_range = torch.tensor([0, 1], dtype=torch.int64)
     lane = torch.zeros(1, dtype=torch.int32)
     # fmt: off
     return {
@@ -57,7 +58,7 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
                          HV // H),
         "recompute_u": (v, beta, *chunk, act64, True, HV),
         "state": (wkq[0], v, *wkq[1:], act64, e(M * HV * K), e(3 * HV * V, K), slot, cu, ends, e(1, K),
-                  tracked, lane, seqs, False, HV),
+                  tracked, lane, seqs, count_range, False, HV),
     }
     # fmt: on
 

@@ -64,6 +64,10 @@ def reference(x, g_log, beta, l2norm=True):
     for n, (b, s, e) in enumerate(sequences(x)):
         slot = int(x["idx"][n])
         start = x["pool"][slot].double() if slot >= 0 else torch.zeros_like(x["pool"][0], dtype=torch.float64)
+        if e == s:  # an empty sequence (a graph table's slot past the batch) changes nothing
+            outs.append(None)
+            finals.append(start)
+            continue
         o, states = R.kda_recurrence(
             x["q"][b, s:e],
             x["k"][b, s:e],
@@ -75,7 +79,7 @@ def reference(x, g_log, beta, l2norm=True):
             l2norm,
         )
         outs.append(o)
-        finals.append(states[-1] if e > s else start)
+        finals.append(states[-1])
         chunk_states += [start if c == 0 else states[64 * c - 1] for c in range((e - s + 63) // 64)]
     return outs, chunk_states, finals
 
@@ -172,33 +176,66 @@ def test_mixed_lengths_varlen_with_track_state(block_v):
     check(x, out, pool, lower_bound=-5.0, track=(track, track_idx))
 
 
-def test_state_pass_v_tile_widens_to_one_wave():
+def test_state_pass_v_tile_widens_to_one_wave_else_to_the_widest():
     """The V tile doubles while the state pass's programs outnumber the SMs (H200: 132) and a wider tile
-    fits them in one wave; otherwise the configured tile stays."""
+    fits them in one wave; where none does, the widest tile (64), whose lanes run the most sequences side by
+    side."""
     assert prefill.widened_block_v(16, 16, 128, 132) == 16  # 1 sequence x 16 heads: 128 programs
     assert prefill.widened_block_v(16, 32, 128, 132) == 32  # 2 sequences: 256 -> 128
     assert prefill.widened_block_v(16, 64, 128, 132) == 64  # 4 sequences: 512 -> 128
     assert prefill.widened_block_v(16, 8, 128, 132) == 16  # TP8, 1 sequence: 64 programs
-    assert prefill.widened_block_v(16, 160, 128, 132) == 16  # 10 sequences: no tile fits one wave
+    assert prefill.widened_block_v(16, 160, 128, 132) == 64  # 10 sequences: no tile fits one wave
     assert prefill.widened_block_v(32, 16, 32, 4) == 32  # already V wide
+    assert prefill.widened_block_v(16, 2048, 128, 132) == 64, "never past MAX_STATE_TILE"
 
 
-def test_state_kernel_for_a_gpu_call_is_widened_once_then_looked_up(monkeypatch):
-    """What chunk_kda launches on a GPU (132 SMs): the configured state kernel for one sequence of 16 heads,
-    a 32-wide variant for two, the same object again on the next call (no new config or compile)."""
+def test_state_plan_partitions_the_sequence_counts_by_tile_width():
+    """A prefill graph's 128 sequence slots at 16 heads (H200): one sequence runs 16 wide in one lane, two
+    32 wide in two lanes, three or more 64 wide in four; at 8 heads each width holds twice the sequences.
+    One slot (an eager single-sequence call) is one launch; each range's lanes fit one wave."""
+    assert prefill.state_plan(128, 16, 128, 16, 132) == [(16, 1, 0, 1), (32, 2, 2, 2), (64, 4, 3, 128)]
+    assert prefill.state_plan(128, 8, 128, 16, 132) == [(16, 2, 0, 2), (32, 4, 3, 4), (64, 8, 5, 128)]
+    assert prefill.state_plan(1, 16, 128, 16, 132) == [(16, 1, 0, 1)]
+    assert prefill.state_plan(2, 16, 128, 16, 132) == [(16, 1, 0, 1), (32, 2, 2, 2)]
+    assert prefill.state_plan(3, 16, 128, 32, 132) == [(32, 2, 0, 2), (64, 3, 3, 3)]
+    for width, lanes, *_ in prefill.state_plan(128, 16, 128, 16, 132):
+        assert lanes * 16 * (128 // width) <= 132
+
+
+def test_state_launches_for_a_gpu_call_are_planned_once_then_looked_up(monkeypatch):
+    """What chunk_kda launches on a GPU (132 SMs) for two sequence slots at 16 heads: the configured kernel
+    for a count of 0 or 1 and a 32-wide variant (same warps and stages) for 2, each with its lanes and count
+    range; the same objects again on the next call (no new config or compile); the 64-wide variant at two
+    stages (three overflow the H200's shared memory). Without SMs (the CPU interpreter) or with the tile
+    fixed by configure(widen_state=False): one launch over every count."""
     monkeypatch.setattr(helion.runtime, "get_num_sm", lambda device: 132)
-    monkeypatch.setattr(prefill, "_widened", {})
+    monkeypatch.setattr(prefill, "_state_plans", {})
     gpu = torch.device("cuda", 0)
+    monkeypatch.setattr(prefill, "_lane_ids", lambda lanes, device: ("lanes", lanes))
+    monkeypatch.setattr(prefill, "_count_range", lambda lo, hi, device: ("range", lo, hi))
     configured = prefill._kernels["state"]
-    assert prefill._state_kernel(configured, 1, 16, 128, gpu) == (configured, 1)
-    wide, lanes = prefill._state_kernel(configured, 2, 16, 128, gpu)
-    assert wide.configs[0]["block_sizes"] == [32] and lanes == 2
+    (narrow, narrow_lanes, narrow_range), (wide, wide_lanes, wide_range) = launches = prefill._state_launches(
+        configured, 2, 16, 128, gpu
+    )
+    assert narrow is configured and narrow_lanes == ("lanes", 1) and narrow_range == ("range", 0, 1)
+    assert wide.configs[0]["block_sizes"] == [32]
+    assert wide_lanes == ("lanes", 2) and wide_range == ("range", 2, 2)
     assert {k: v for k, v in wide.configs[0].config.items() if k != "block_sizes"} == {
         k: v for k, v in configured.configs[0].config.items() if k != "block_sizes"
     }
+    make_variant = prefill._state_variant
     monkeypatch.setattr(prefill, "_state_variant", lambda *_, **__: pytest.fail("state kernel rebuilt"))
-    assert prefill._state_kernel(configured, 2, 16, 128, gpu) == (wide, 2)
-    assert prefill._state_kernel(configured, 2, 16, 128, torch.device("cpu")) == (configured, 2)
+    assert prefill._state_launches(configured, 2, 16, 128, gpu) is launches
+    monkeypatch.setattr(prefill, "_state_variant", make_variant)
+    widest = prefill._state_launches(configured, 8, 16, 128, gpu)[-1][0]
+    assert widest.configs[0]["block_sizes"] == [64] and widest.configs[0]["num_stages"] == 2
+    assert prefill._state_launches(configured, 3, 16, 128, torch.device("cpu")) == (
+        (configured, ("lanes", 2), ("range", 0, 3)),
+    )
+    monkeypatch.setattr(prefill, "_widen_state", False)
+    assert prefill._state_launches(configured, 5, 16, 128, torch.device("cuda", 1)) == (
+        (configured, ("lanes", 1), ("range", 0, 5)),
+    )
 
 
 def test_state_lanes_fill_one_wave_and_stop_at_the_sequences():
@@ -210,6 +247,22 @@ def test_state_lanes_fill_one_wave_and_stop_at_the_sequences():
     assert prefill.state_lanes(128, 8, 8, 132) == 2
     assert prefill.state_lanes(16, 1, 1, 132) == 16
     assert prefill.state_lanes(3, 16, 8, 2) == 1  # fewer SMs than programs per lane: one lane
+
+
+def test_state_pass_launches_per_count_range_run_only_the_batchs_own(monkeypatch):
+    """With SMs to fill (a stand-in count under the interpreter), a table of 6 sequence slots gets one
+    state-pass launch per tile width; whatever the batch's real sequence count (1, 2, 3 or 5, the rest
+    empty slots), exactly the launch whose range holds it writes outputs and states: every result matches
+    the fp64 reference and no slot outside the batch is written."""
+    monkeypatch.setattr(prefill, "_sm_count", lambda device: 8)
+    monkeypatch.setattr(prefill, "_state_plans", {})
+    assert prefill.state_plan(6, 2, V, 16, 8) == [(16, 2, 0, 2), (32, 4, 3, 6)]  # count 5: a lane runs two
+    for real in ([70], [17, 65], [17, 1, 130], [5, 64, 0, 30, 66]):
+        lens = real + [0] * (6 - len(real))
+        x = make(lens, seed=len(real))
+        x["idx"] = torch.tensor([2 * i + 1 if i < len(real) else -1 for i in range(6)])
+        out, _, pool = run(x)
+        check(x, out, pool, lower_bound=-5.0)
 
 
 def test_chunk_tables_count_real_chunks_and_stop_at_the_last_sequence_with_tokens():
@@ -344,13 +397,6 @@ def test_graph_tables_run_programs_for_the_real_chunks_only(monkeypatch):
     out, _, pool = run(x)
     assert sizes[0] == bucket // 64, f"chunk lanes {sizes[0]}: sized by the tables, not by the tokens"
     check(real, out[:, : sum(lens)], pool, lower_bound=-5.0)
-
-
-def test_state_tile_never_widens_past_what_shared_memory_holds():
-    """8 sequence slots x 16 heads (a prefill graph with SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS=8) asked for a
-    128-wide state tile, whose stages do not fit the H200's shared memory; the tile stops at 64."""
-    assert prefill.widened_block_v(16, 128, 128, 132) == 16
-    assert prefill.widened_block_v(16, 64, 128, 132) == 64
 
 
 @pytest.mark.parametrize("a_log", [3.0, 6.0])

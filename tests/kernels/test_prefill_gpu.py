@@ -178,6 +178,54 @@ def test_cuda_graph_replay_with_new_lengths():
     assert torch.equal(pool, pool_eager)
 
 
+def test_graph_on_padded_tables_runs_each_replays_state_tile():
+    """SGLang's prefill graph shape: captured once on a table of 16 sequence slots (empty slots past the
+    batch, state slot -1), replayed with 1, 2 and 6 real sequences of the same 3072 tokens: one batch per
+    count range of the state pass at 16 heads (16, 32 and 64 wide, chosen on the device). Each replay equals
+    the eager call of its batch bit for bit, and the 6-sequence batch matches the fp64 reference."""
+    slots, total = 16, 3072
+    batches = ([3072], [1024, 2048], [512] * 6)
+    assert [hi for *_, hi in prefill.state_plan(slots, H, V, 16, 132)] == [1, 2, slots]
+    x = make([total], slots=2 * slots + 1)
+    cu = torch.zeros(slots + 1, dtype=torch.int32, device=DEV)
+    idx = torch.full((slots,), -1, dtype=torch.int64, device=DEV)
+
+    def set_batch(lens):
+        ends = torch.tensor(lens).cumsum(0).tolist()
+        cu.copy_(torch.tensor([0, *ends, *[total] * (slots - len(lens))], dtype=torch.int32))
+        idx.copy_(torch.tensor([2 * n + 1 if n < len(lens) else -1 for n in range(slots)]))
+
+    v, pool = x["v"].clone(), x["pool"].clone()
+
+    def body():
+        v.copy_(x["v"])
+        pool.copy_(x["pool"])
+        prefill.chunk_kda(
+            x["q"], x["k"], v, x["g"], x["beta"], initial_state=pool, initial_state_indices=idx,
+            use_qk_l2norm_in_kernel=True, cu_seqlens=cu, A_log=x["A_log"], dt_bias=x["dt_bias"],
+            lower_bound=x["lower_bound"], beta_is_raw=True,
+        )  # fmt: skip
+
+    set_batch(batches[0])
+    body()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    for lens in batches:
+        set_batch(lens)
+        graph.replay()
+        torch.cuda.synchronize()
+        o_eager, _, pool_eager = run(prefill.chunk_kda, dict(x, cu=cu.clone(), idx=idx.clone()))
+        assert torch.equal(v, o_eager), f"graph replay of {len(lens)} sequences differs from eager"
+        assert torch.equal(pool, pool_eager), f"graph replay of {len(lens)} sequences: pool differs"
+    real = dict(x, cu=cu[: len(lens) + 1].clone(), idx=idx[: len(lens)].clone())
+    ref_o, finals, _ = reference(real)
+    assert (v[0].double() - ref_o).abs().max().item() < O_TOL
+    for n, final in enumerate(finals):
+        assert (pool[real["idx"][n]].double() - final).abs().max().item() < S_TOL
+
+
 def test_size_one_first_in_fresh_process():
     """T = 1 compiled first must not poison T = 3 and T = 70 (no Triton fallback exists here)."""
     code = r"""
