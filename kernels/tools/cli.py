@@ -177,6 +177,7 @@ def _profile_parser(kernels: argparse._SubParsersAction) -> None:
     prof = _command(kernels, "profile")
     prof.add_argument("--cases", default=profile_module.DEFAULT_CASES, help="BATCHxTOKENS:HEADS,...")
     prof.add_argument("--calls", type=int, default=20, help="profiled calls per arm and case")
+    prof.add_argument("--arms", default=None, help="a subset of the prefill arms (default: all)")
     _results_arguments(prof, "profile")
 
 
@@ -347,11 +348,14 @@ def cmd_served(args: argparse.Namespace) -> int:
     run_id = args.run_id or datetime.now(UTC).strftime("served-%Y%m%d-%H%M%S")
     out_dir = Path(args.results_dir) / run_id / socket.gethostname()
     out_dir.mkdir(parents=True, exist_ok=True)
-    record = served.run(args)
     raw = out_dir / served.RAW_NAME
-    tmp = raw.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(raw)
+
+    def save(record: dict) -> None:
+        tmp = raw.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        tmp.replace(raw)
+
+    record = served.run(args, save=save)
     print(served.render_table(record))
     print(f"\nwrote {raw}")
     return 0
@@ -366,7 +370,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     run_id = args.run_id or datetime.now(UTC).strftime("profile-%Y%m%d-%H%M%S")
     out_dir = Path(args.results_dir) / run_id / socket.gethostname()
     out_dir.mkdir(parents=True, exist_ok=True)
-    profile.run(cases, out_dir / profile.RAW_NAME, calls=args.calls)
+    arms = profile.parse_arms(args.arms)
+    profile.run(cases, out_dir / profile.RAW_NAME, calls=args.calls, arms=arms)
     print(f"\nwrote {out_dir / profile.RAW_NAME}")
     return 0
 

@@ -112,16 +112,41 @@ def _arm_call(fn, inputs: dict):
     return call
 
 
-def run(cases: list[tuple[int, int, int]], out_file: Path, calls: int = 20, log=print) -> dict:
+def profiled_arms() -> list[str]:
+    """The prefill arms a profile runs, SGLang's Triton first (the others' reference)."""
+    from kdakit.kernels.tools import bench
+
+    return [arm for arm in bench.ARMS["prefill"] if arm not in bench.OPTIONAL_ARMS]
+
+
+def parse_arms(text: str | None) -> list[str] | None:
+    """--arms: a comma list of profiled arms (None: all of them)."""
+    if text is None:
+        return None
+    arms = [a.strip() for a in text.split(",") if a.strip()]
+    known = profiled_arms()
+    unknown = [a for a in arms if a not in known]
+    if not arms or unknown:
+        raise UsageError(f"--arms: not {', '.join(unknown) or repr(text)}; prefill arms: {', '.join(known)}")
+    return arms
+
+
+def run(
+    cases: list[tuple[int, int, int]],
+    out_file: Path,
+    calls: int = 20,
+    log=print,
+    arms: list[str] | None = None,
+) -> dict:
+    """Profile each case's arms (all, or `arms` in the profile's order); the record is rewritten after every
+    row. The first arm run is the reference of the others' rel_err_vs_first_arm."""
     import torch
     from kdakit.kernels.tools import bench
 
     if not torch.cuda.is_available():
         raise UsageError("kdakit kernels profile needs an NVIDIA GPU")
     found, missing, _info = bench.load_arms()
-    arms = {
-        arm: found.get(f"prefill:{arm}") for arm in bench.ARMS["prefill"] if arm not in bench.OPTIONAL_ARMS
-    }
+    arms = {arm: found.get(f"prefill:{arm}") for arm in profiled_arms() if arms is None or arm in arms}
     record = {"kind": KIND, "gpu": torch.cuda.get_device_name(), "versions": _versions(), "calls": calls,
               "rows": []}  # fmt: skip
     for batch, tokens, heads in cases:

@@ -14,8 +14,9 @@
   is prefilled in chunks of the launch profile's `--chunked-prefill-size`, each a stack prefill.
 
 The model's size is not in the kit (no model config); the stand-in's sizes are options with stated defaults
-and go into the record. Writes RESULTS_DIR/RUN_ID/HOST/served-prefill.json; `kdakit kernels served-table
---write` puts its table into kernels/BENCH.md.
+and go into the record. Writes RESULTS_DIR/RUN_ID/HOST/served-prefill.json after every row ("complete"
+false until the last, so a run cut short keeps what it measured); `kdakit kernels served-table --write` puts
+its table into kernels/BENCH.md.
 """
 
 from __future__ import annotations
@@ -95,12 +96,17 @@ def _stack_body(life, cfg: StackConfig, tokens: int):
     return body
 
 
-def measure(arms: list[str], layer_cases, stack_cases, cfg: StackConfig, heads: int | None = None, log=print):
-    """The record's rows: per-layer and stack timings for every arm (see the module docstring)."""
+def measure(
+    arms: list[str], layer_cases, stack_cases, cfg: StackConfig, heads: int | None = None, log=print,
+    layer_rows: list | None = None, stack_rows: list | None = None, on_row=lambda: None,
+):  # fmt: skip
+    """The record's rows: per-layer and stack timings for every arm (see the module docstring), appended
+    to layer_rows and stack_rows; on_row() after each row (a cut-short run keeps the rows so far)."""
     import torch
     from kdakit.kernels.tools import lifecycle
 
-    layer_rows, stack_rows = [], []
+    layer_rows = [] if layer_rows is None else layer_rows
+    stack_rows = [] if stack_rows is None else stack_rows
     for arm in arms:
         shape = lifecycle.served_shape(
             heads, graph_bs=0, prefill_buckets=(1,), prefill_graph_max_seqs=cfg.max_seqs
@@ -116,6 +122,7 @@ def measure(arms: list[str], layer_cases, stack_cases, cfg: StackConfig, heads: 
                         torch.cuda.synchronize()
                     log(f"layer {row}")
                     layer_rows.append(row)
+                    on_row()
         stack = lifecycle.served_shape(
             heads, graph_bs=0, prefill_buckets=(1,), prefill_graph_max_seqs=cfg.max_seqs, layers=cfg.layers
         )
@@ -135,12 +142,15 @@ def measure(arms: list[str], layer_cases, stack_cases, cfg: StackConfig, heads: 
                         torch.cuda.synchronize()
                     log(f"stack {row}")
                     stack_rows.append(row)
+                    on_row()
                 life._prefill_graphs.clear()
                 torch.cuda.empty_cache()
     return layer_rows, stack_rows
 
 
-def run(args) -> dict:
+def run(args, save=lambda record: None) -> dict:
+    """The record of `kdakit kernels served`; save(record) after each row, with "complete": false until the
+    last."""
     from datetime import UTC, datetime
 
     from kdakit.kernels.tools import bench
@@ -155,18 +165,24 @@ def run(args) -> dict:
     unknown = set(arms) - set(known)
     if unknown:
         raise UsageError(f"--arms: not {', '.join(sorted(unknown))}; arms it runs: {', '.join(known)}")
-    layer_rows, stack_rows = measure(
-        arms, parse_cases(args.layer_cases), parse_cases(args.stack_cases), cfg, heads=args.heads
-    )
+    layer_cases, stack_cases = parse_cases(args.layer_cases), parse_cases(args.stack_cases)
     chunk = int(profiles.load(profiles.default_sku(), profiles.ab_arms()[0]).flags["--chunked-prefill-size"])
-    return {
+    record = {
         "kind": KIND,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "environment": bench.environment(),
         "config": {**asdict(cfg), "heads": args.heads, "chunked_prefill_size": chunk, "arms": arms},
-        "layer": layer_rows,
-        "stack": stack_rows,
+        "complete": False,
+        "layer": [],
+        "stack": [],
     }
+    measure(
+        arms, layer_cases, stack_cases, cfg, heads=args.heads,
+        layer_rows=record["layer"], stack_rows=record["stack"], on_row=lambda: save(record),
+    )  # fmt: skip
+    record["complete"] = True
+    save(record)
+    return record
 
 
 def _find(rows, arm, case, mode):

@@ -38,3 +38,14 @@ def test_without_a_gpu_the_command_says_so(capsys, tmp_path):
         pytest.skip("a GPU is present")
     assert main(["kernels", "profile", "--cases", "1x16:2", "--results-dir", str(tmp_path)]) == 2
     assert "kdakit kernels profile needs an NVIDIA GPU" in capsys.readouterr().err
+
+
+def test_arms_are_a_subset_of_the_prefill_arms_named_in_one_line(capsys, tmp_path):
+    assert profile.parse_arms(None) is None
+    assert profile.parse_arms("helion-kdakit, triton") == ["helion-kdakit", "triton"]
+    assert profile.profiled_arms()[0] == "triton", "SGLang's Triton is the others' reference"
+    for bad in ("kdakit", " , ", "triton,fla2"):
+        with pytest.raises(UsageError, match="--arms: not .*; prefill arms: triton, "):
+            profile.parse_arms(bad)
+    assert main(["kernels", "profile", "--arms", "kdakit", "--results-dir", str(tmp_path)]) == 2
+    assert "--arms: not kdakit" in capsys.readouterr().err

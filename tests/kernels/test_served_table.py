@@ -66,3 +66,30 @@ def test_an_arm_without_a_triton_estimate_shows_no_difference():
             row["error"] = "AcceleratorError: capture failed"
     lines = [line for line in served.render_table(record).splitlines() if line.startswith("- helion, 4096 ")]
     assert lines and all(line.endswith("(triton not measured)") for line in lines)
+
+
+def test_a_run_cut_short_keeps_its_record_of_the_rows_so_far(monkeypatch, tmp_path):
+    """`kdakit kernels served` rewrites its record after every row: when the run stops (a device call's time
+    limit), served-prefill.json holds each row measured so far, marked incomplete."""
+    from kdakit.cli import main
+
+    def measure(arms, layer_cases, stack_cases, cfg, heads=None, log=print, layer_rows=None, stack_rows=None,
+                on_row=lambda: None):  # fmt: skip
+        layer_rows.append({"arm": arms[0], "case": "1x16", "mode": "graph", "us": 41.0})
+        on_row()
+        stack_rows.append({"arm": arms[0], "case": "1x16", "mode": "graph", "us": 3700.0})
+        on_row()
+        raise KeyboardInterrupt  # the call's time limit
+
+    from kdakit.kernels.tools import bench
+
+    monkeypatch.setattr(served, "measure", measure)
+    monkeypatch.setattr(bench, "environment", lambda: {"gpu": "NVIDIA H200"})  # (no GPU here)
+    try:
+        main(["kernels", "served", "--arms", "triton", "--results-dir", str(tmp_path), "--run-id", "cut"])
+    except KeyboardInterrupt:
+        pass
+    (raw,) = tmp_path.glob(f"cut/*/{served.RAW_NAME}")
+    record = served.read(raw)
+    assert record["complete"] is False
+    assert [r["us"] for r in record["layer"]] == [41.0] and [r["us"] for r in record["stack"]] == [3700.0]
