@@ -244,7 +244,11 @@ def test_run_b_deploy_faults_on_four_hosts_and_a_full_results_disk(cluster, tmp_
     results.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(results)], check=True)
     serve = "['python3', '/srv/kdakit/tests/fakes/openai_server.py']"
-    never = "['python3', '-c', 'import time; time.sleep(3600)']"
+    # never answers, but ends at teardown's SIGTERM (PID 1 without a handler waits out the 10 s stop timeout)
+    never = (
+        "['python3', '-c', 'import signal, sys, time;"
+        " signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); time.sleep(3600)']"
+    )
     truncated = cluster["truncated"]
     faults = stage(cluster, "faults-b", {
         "kdakit_model_path": "{{ '/nonexistent/GLM' if inventory_hostname == 'h2' else"

@@ -104,8 +104,8 @@ class _Engine:
 
 @pytest.mark.parametrize(("root_name", "removed"), [("h1-2", True), ("h1", False), ("engine", False)])
 def test_down_removes_only_a_spare_engine_slot(tmp_path, root_name, removed):
-    # h1's own slot keeps its images for the next run; a data root shared with it (the image-building
-    # engine's, `engine_data`) is not the host's to delete; a spare slot would only fill the cache.
+    # h1's own slot keeps its images for the next run; a root that is no slot of h1 (the image-building
+    # engine's) is not the host's to delete; a spare slot would only fill the cache.
     root = tmp_path / root_name
     (root / "data").mkdir(parents=True)
     claim = SimpleNamespace(token=f"t{os.getpid()}", block=ipaddress.ip_network("10.255.255.0/24"))

@@ -1,9 +1,12 @@
 """The playbooks against a real local cluster: 3 SSH hosts (netns + veth + sshd), each with its own dockerd,
 a stand-in nvidia-smi (h1, h2: 4 x H200; h3: 2 x H200), the test-double server image and the kdakit image
 (tests/infra/images.py, plus the benchmark client's imports that SGLang's real image carries:
-tests/infra/bench_client_image.py): h2 loads it through the image role's tarball path, h1's dockerd runs on
-the image-building engine's data root and so already holds it (the role's nothing-to-do path; a 7 GB
-unpacked image less on the disk). The small server image goes through copy, sha256 and load on every host.
+tests/infra/bench_client_image.py). h1's and h2's engines start on a copy of the image-building engine's
+image store (tests/infra/dockerd.py copy_images: its layers hard-linked, seconds where saving and loading the
+7 GB image took minutes), so the image role finds the kdakit image present (registry source: nothing to
+pull). The role's tarball path runs here for the small server image (copy, sha256 and load on every host),
+and in tests/test_faults_cluster.py for a stub kdakit image as the main image (a tarball on the host; a
+truncated and a mismatched one).
 
 Flow, through the make targets: deploy (h3 fails preflight, the others deploy) -> deploy again (nothing
 changes) -> eval-gsm8k (SGLang's run_eval in the image) -> bench (SGLang's benchmark client in the image)
@@ -17,6 +20,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -46,7 +50,7 @@ _spec.loader.exec_module(tiny_tokenizer)
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 REPO = Path(__file__).resolve().parent.parent
-HOSTS_ROOT = images.CACHE / "playbook-hosts"  # engines persist here: the kdakit image loads once per cache
+HOSTS_ROOT = images.CACHE / "playbook-hosts"  # the hosts' engines (h1 and h2 start on copied image stores)
 SECRET = "hf_kdakitTestSecret0123456789"
 MODEL_MOUNT = "/models/GLM-5.3-Flash"
 DEPLOY_REF = "kdakit-ci/deploy:ci"  # the kdakit image plus the benchmark client's imports, as hosts run it
@@ -75,10 +79,9 @@ def _skip_reason() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def tarballs():
-    """(kdakit image tarball, fake server tarball) from the image-building engine (cached). The kdakit image
-    is also tagged DEPLOY_REF there: h1 runs on that engine's data root and so starts with the image loaded
-    (the role's nothing-to-do path); h2 loads it from the tarball."""
+def built():
+    """The images from the image-building engine (cached): for h1 and h2 a data root each holding the kdakit
+    image tagged DEPLOY_REF, and the fake server's tarball and tag."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
@@ -90,36 +93,31 @@ def tarballs():
         client_tag = bench_client_image.build(engine, kdakit_tag)
         fake_tag = fake_server_image.build(engine)
         engine.cli("tag", client_tag, DEPLOY_REF)
-        # Each commit makes a new kdakit image (its last layer holds the source): drop this test's previous
-        # tarball (3 GB) before writing the new one, so that the two never fill the disk together.
-        last = HOSTS_ROOT / "last-kdakit-tarball"
-        if last.exists() and last.read_text().strip() != str(images.tarball_path(engine, client_tag)):
-            for suffix in ("", ".sha256", ".id", ".source", ".lock"):
-                Path(last.read_text().strip() + suffix).unlink(missing_ok=True)
-        out = (images.image_tarball(engine, client_tag), images.image_tarball(engine, fake_tag), fake_tag)
+        fake_tar = images.image_tarball(engine, fake_tag)
     finally:
         engine.stop()
-    HOSTS_ROOT.mkdir(parents=True, exist_ok=True)
-    last.write_text(f"{out[0]}\n")
-    print(f"images and tarballs ready in {time.monotonic() - t0:.1f} s")
-    return out
+    # beside the hosts' engine roots: moved into them as they start (one file system)
+    seeds = HOSTS_ROOT / f"seeds-{os.getpid()}"
+    try:
+        data_roots = {name: dockerd.copy_images(images.ENGINE_ROOT, seeds / name) for name in ("h1", "h2")}
+        print(f"images ready in {time.monotonic() - t0:.1f} s")
+        yield data_roots, fake_tar, fake_tag
+    finally:
+        shutil.rmtree(seeds, ignore_errors=True)  # what no host took
 
 
 @pytest.fixture(scope="module")
-def cluster(tarballs, tmp_path_factory):
-    kdakit_tar, fake_tar, fake_tag = tarballs
+def cluster(built, tmp_path_factory):
+    data_roots, fake_tar, fake_tag = built
     work = tmp_path_factory.mktemp("cluster")
     hosts = sshhosts.up(
         work / "hosts",
         [("h1", 4, "NVIDIA H200"), ("h2", 4, "NVIDIA H200"), ("h3", 2, "NVIDIA H200")],
         engine_root=HOSTS_ROOT,
-        engine_data={"h1": images.ENGINE_ROOT},
+        engine_data_from=data_roots,
     )
     try:
-        keep = {Path(f"{kdakit_tar}.id").read_text().strip()}
-        for h in hosts:
-            # The small server image goes through copy + sha256 + load on every run. Older kdakit images
-            # (earlier commits) stay until the end: loading the new one then adds only its changed top layers.
+        for h in hosts:  # the small server image goes through copy + sha256 + load on every run
             h.engine.cli("rmi", "-f", "kdakit-ci/fake-sglang:test", check=False)
         for h in hosts:  # the bench client reads the tokenizer from the model folder, as on a real host
             tiny_tokenizer.build(h.model_path)
@@ -132,8 +130,7 @@ def cluster(tarballs, tmp_path_factory):
             "kdakit_min_free_gb": 1,
             "kdakit_docker_cli": dockerd.DOCKER_CLI,
             "kdakit_image": DEPLOY_REF,
-            "kdakit_image_tarball": str(kdakit_tar),
-            "kdakit_image_tarball_on_host": True,  # shared disk; the small image below is copied instead
+            "kdakit_image_source": "registry",  # h1 and h2 hold it already: nothing is pulled
             "kdakit_extra_images": [
                 {
                     "ref": "kdakit-ci/fake-sglang:test",
@@ -192,12 +189,6 @@ def cluster(tarballs, tmp_path_factory):
         (work / "settings.yml").write_text(yaml.safe_dump(settings))
         yield {"hosts": hosts, "inventory": inv, "results": work / "results", "work": work}
     finally:
-        for h in hosts:  # so that the hosts' own engines do not grow run after run
-            if h.engine is not None and h.engine.root.is_relative_to(HOSTS_ROOT):
-                listed = h.engine.cli("images", "-q", "--no-trunc", check=False).stdout.decode()
-                for image_id in listed.split():
-                    if image_id not in keep:
-                        h.engine.cli("rmi", "-f", image_id, check=False)
         sshhosts.down(hosts)
         sshhosts.down(hosts)  # idempotent
 
@@ -417,7 +408,7 @@ SLURM_PROTOCOLS = BENCH_PROTOCOLS + BENCH_PROTOCOLS.replace("[protocol.smoke]", 
 )
 
 
-def _slurm_settings(cluster, tarballs, path: Path, protocols: Path, server_extra: list[str]) -> Path:
+def _slurm_settings(cluster, built, path: Path, protocols: Path, server_extra: list[str]) -> Path:
     hosts, work = cluster["hosts"], cluster["work"]
     sockets = work / "slurm-sockets"  # {node} -> that node's engine (h1's runs on the image-building root)
     sockets.mkdir(exist_ok=True)
@@ -425,10 +416,10 @@ def _slurm_settings(cluster, tarballs, path: Path, protocols: Path, server_extra
         link = sockets / f"{h.name}.sock"
         link.unlink(missing_ok=True)
         link.symlink_to(h.engine.socket)
-    kdakit_tar, fake_tar, _ = tarballs
+    _, fake_tar, _ = built
     settings = {
         "nodes": 1, "partition": "gpu", "exclusive": True, "poll_s": 1.0, "pending_timeout_s": 60.0,
-        "image": DEPLOY_REF, "image_tarball": str(kdakit_tar),
+        "image": DEPLOY_REF, "image_tarball": "",  # h1's and h2's engines hold it
         "server_image": "kdakit-ci/fake-sglang:test", "server_image_tarball": str(fake_tar),
         "docker_host": f"unix://{sockets}/{{node}}.sock", "docker_cli": dockerd.DOCKER_CLI,
         "use_gpus": False, "server_ulimits": [], "server_shm_size": "64M", "server_ready_timeout_s": 60.0,
@@ -492,7 +483,7 @@ def _wait_for_text(path: Path, text: str, timeout: float = 120) -> None:
         time.sleep(0.5)
 
 
-def test_slurm_ab_and_faults(cluster, tarballs):
+def test_slurm_ab_and_faults(cluster, built):
     reason = slurmcluster.unavailable_reason()
     if reason:
         pytest.skip(reason)
@@ -501,9 +492,9 @@ def test_slurm_ab_and_faults(cluster, tarballs):
     hosts = nodes[:2]  # the 4-GPU nodes; h3 (2 GPUs) takes the time-limit fault beside the A/B
     protocols = work / "slurm-protocols.toml"
     protocols.write_text(SLURM_PROTOCOLS)
-    ab_settings = _slurm_settings(cluster, tarballs, work / "slurm-ab.toml", protocols, [])
+    ab_settings = _slurm_settings(cluster, built, work / "slurm-ab.toml", protocols, [])
     # 2 s a token: a bench of 16 prompts runs for minutes, long enough to be interrupted
-    fault_settings = _slurm_settings(cluster, tarballs, work / "slurm-faults.toml", protocols,
+    fault_settings = _slurm_settings(cluster, built, work / "slurm-faults.toml", protocols,
                                      ["--token-delay-ms", "2000"])  # fmt: skip
     slurm = slurmcluster.up(work / "slurm", nodes)
     try:

@@ -13,6 +13,8 @@ the data root persists, so images and build cache survive for the next run on th
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
 import shutil
 import signal
@@ -223,6 +225,89 @@ def unmount_under(root: Path) -> list[str]:
     return points
 
 
+def _chain_ids(diff_ids: list[str]) -> list[str]:
+    """The layer store's keys of an image's layers, bottom first (Docker's chain IDs)."""
+    chains = diff_ids[:1]
+    for diff_id in diff_ids[1:]:
+        chains.append("sha256:" + hashlib.sha256(f"{chains[-1]} {diff_id}".encode()).hexdigest())
+    return chains
+
+
+def copy_images(source_root: Path, dest: Path, lock_timeout: float = 1800) -> Path:
+    """A data root at dest holding the tagged images of the engine root source_root, for another engine to
+    start on (start's data_from). The image store's metadata is copied and every layer's files are
+    hard-linked: seconds and almost no disk, where `docker save | docker load` writes the GBs twice. Safe to
+    share: overlay2 never writes a layer's files once the layer exists (a container writes to its own upper
+    folder), and removing an image on either engine removes only that engine's links. Under source_root's
+    lock, with no dockerd running there (a running one's mounts keep links from crossing)."""
+    lock_fd = _take_lock(Path(source_root), lock_timeout)
+    try:
+        return _copy_images(Path(source_root) / "data", Path(dest))
+    finally:
+        os.close(lock_fd)
+
+
+def _copy_images(src: Path, dest: Path) -> Path:
+    store = Path("image") / "overlay2"
+    metadata_dir = Path("imagedb") / "metadata" / "sha256"
+    repositories = json.loads((src / store / "repositories.json").read_text())["Repositories"]
+    digests = {image_id.split(":", 1)[1] for refs in repositories.values() for image_id in refs.values()}
+    shutil.rmtree(dest, ignore_errors=True)
+    (dest / "overlay2" / "l").mkdir(parents=True)
+    (dest / store / "imagedb" / "content" / "sha256").mkdir(parents=True)
+    layers: set[str] = set()
+    for digest in digests:
+        config = src / store / "imagedb" / "content" / "sha256" / digest
+        shutil.copy2(config, dest / store / "imagedb" / "content" / "sha256" / digest)
+        layers.update(_chain_ids(json.loads(config.read_text())["rootfs"]["diff_ids"]))
+        # metadata (last update, parent image): the parent link only where that parent comes along too
+        metadata = src / store / metadata_dir / digest
+        parent = (metadata / "parent").read_text().split(":")[-1] if (metadata / "parent").exists() else None
+        if metadata.is_dir():
+            ignore = None if parent in digests else shutil.ignore_patterns("parent")
+            shutil.copytree(metadata, dest / store / metadata_dir / digest, ignore=ignore)
+    layer_folders = []
+    for chain_id in layers:
+        meta = src / store / "layerdb" / "sha256" / chain_id.split(":", 1)[1]
+        shutil.copytree(meta, dest / store / "layerdb" / "sha256" / meta.name)
+        folder = src / "overlay2" / (meta / "cache-id").read_text().strip()
+        layer_folders.append(str(folder))
+        (dest / "overlay2" / "l" / (folder / "link").read_text().strip()).symlink_to(f"../{folder.name}/diff")
+    # cp -a keeps what overlayfs reads beside the files: whiteout devices, opaque-directory xattrs
+    copy = subprocess.run(["cp", "-a", "--link", *layer_folders, str(dest / "overlay2")], capture_output=True)
+    if copy.returncode != 0:
+        detail = copy.stderr.decode(errors="replace")[-2000:]
+        raise DockerdError(f"copying the layers of {src} failed: {detail}")
+    (dest / store / "repositories.json").write_text(json.dumps({"Repositories": repositories}))
+    return dest
+
+
+def _replace_data_root(root: Path, data_from: Path) -> None:
+    old = root / "data"
+    if old.exists():  # renamed first, as in remove_if_unused: never a half-deleted data root under its name
+        old.rename(root / f"data.removing-{os.getpid()}-{time.monotonic_ns()}")
+    for aside in root.glob("data.removing-*"):  # this one, and any a killed run left
+        shutil.rmtree(aside, ignore_errors=True)
+    data_from.rename(old)
+
+
+def _take_lock(root: Path, timeout: float) -> int:
+    """The engine root's lock (its open fd; closing it releases the lock)."""
+    lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout
+    while True:  # another test run using the same root waits its turn
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock_fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(lock_fd)
+                raise DockerdBusy(
+                    f"{root} stayed locked by another dockerd user for {timeout:.0f}s"
+                ) from None
+            time.sleep(1)
+
+
 def _ping(sock: Path) -> bool:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -241,8 +326,10 @@ def start(
     timeout: float = 60,
     lock_timeout: float = 1800,
     extra_args: tuple[str, ...] = (),
+    data_from: Path | None = None,
 ) -> Dockerd:
-    """Start a dockerd whose whole state lives under root; return once its API answers."""
+    """Start a dockerd whose whole state lives under root; return once its API answers. data_from: a data root
+    (copy_images) that replaces root's own before dockerd starts."""
     reason = unavailable_reason()
     if reason:
         raise DockerdError(reason)
@@ -250,19 +337,7 @@ def start(
     if len(str(root / "docker.sock")) > 100:
         raise DockerdError(f"{root} is too long for a unix socket path")
     root.mkdir(parents=True, exist_ok=True)
-    lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-    deadline = time.monotonic() + lock_timeout
-    while True:  # another test run using the same root waits its turn
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(lock_fd)
-                raise DockerdBusy(
-                    f"{root} stayed locked by another dockerd user for {lock_timeout:.0f}s"
-                ) from None
-            time.sleep(1)
+    lock_fd = _take_lock(root, lock_timeout)
     engine = None
     try:
         pidfile = root / "dockerd.pid"
@@ -272,6 +347,8 @@ def start(
         pidfile.unlink(missing_ok=True)  # a stale pidfile makes dockerd refuse to start
         unmount_under(root)
         (root / "docker.sock").unlink(missing_ok=True)
+        if data_from is not None:
+            _replace_data_root(root, Path(data_from))
         exec_root = root / "exec"
         if len(str(exec_root / "containerd" / "containerd-debug.sock")) > 100:
             # containerd puts its sockets under the exec root and unix socket paths stop at ~104 bytes: a

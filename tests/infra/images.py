@@ -16,6 +16,7 @@ works from nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -168,11 +169,27 @@ def _idle_host_engine_removable(root: Path) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _build_engine_if_free():
+    """The image-building engine, started for the caller; None while another run holds it (the next run's
+    prune gets to it)."""
+    try:
+        engine = dockerd.start(ENGINE_ROOT, lock_timeout=0)
+    except dockerd.DockerdError:
+        yield None
+        return
+    try:
+        yield engine
+    finally:
+        engine.stop()
+
+
 def prune_cache(budget: int | None = None, log=None) -> int:
     """Keep the cache within budget (default CACHE_BUDGET): drop tarballs and wheelhouses no run uses now and
-    pool wheels no wheelhouse links to; when still over budget, the image-building engine's images that no run
-    used in the last hour and BuildKit cache beyond 2 GB. Runs at the end of a test session that used the
-    cache (tests/conftest.py: in xdist's controller, after its workers); returns the size left."""
+    pool wheels no wheelhouse links to; when still over budget, the BuildKit cache no build used in the last
+    hour, then idle test-host engines, then the image-building engine's images that no run used in the last
+    hour and BuildKit cache beyond 2 GB. Runs at the end of a test session that used the cache
+    (tests/conftest.py: in xdist's controller, after its workers); returns the size left."""
     budget = CACHE_BUDGET if budget is None else budget
     log = log or sys.__stderr__  # past pytest's capture
     for tarball in (CACHE / "tarballs").glob("*.tar.zst"):
@@ -185,14 +202,22 @@ def prune_cache(budget: int | None = None, log=None) -> int:
     for context in (CACHE / "standin-context").glob("*"):
         if context.is_dir() and _stale(context, context / ".complete"):
             shutil.rmtree(context, ignore_errors=True)
-    # Still over budget: what only a rebuild of the stand-in needs (its image is the cache), then the test
-    # hosts' engines that no run holds (the next run loads its images again), then build-engine images.
+    # Still over budget: what only a rebuild of the stand-in needs (its image is the cache), then BuildKit's
+    # records no build reused for an hour, then the test hosts' engines that no run holds (the next run loads
+    # its images again), then build-engine images.
     if cache_size() > budget:
         for name in ("wheelhouse", "standin-context"):
             for entry in (CACHE / name).glob("*"):
                 stamp = entry / ".complete"
                 if entry.is_dir() and (_ours(entry, stamp) or _stale(entry, stamp)):
                     shutil.rmtree(entry, ignore_errors=True)
+    # BuildKit keeps its own copy of each layer it built: the stand-in's (GBs; its tag is the cache) and each
+    # commit's benchmark-client layer stay until pruned. A build touches the records it reuses, so those
+    # unused for an hour cost no rebuild.
+    if session_used_cache() and (ENGINE_ROOT / "data").exists() and cache_size() > budget:
+        with _build_engine_if_free() as engine:
+            if engine is not None:
+                engine.cli("builder", "prune", "--force", "--filter", f"until={RECENT_S}s", check=False)
     if cache_size() > budget:
         for hosts_root in (CACHE / "playbook-hosts", CACHE / "fault-hosts"):
             for root in hosts_root.glob("*"):
@@ -201,12 +226,8 @@ def prune_cache(budget: int | None = None, log=None) -> int:
     # Images cost a rebuild (minutes), so they go last, and never one that another run on this machine
     # built or used in the last hour.
     if session_used_cache() and (ENGINE_ROOT / "data").exists() and cache_size() > budget:
-        try:
-            engine = dockerd.start(ENGINE_ROOT, lock_timeout=0)
-        except dockerd.DockerdError:
-            engine = None  # another run builds right now; the next run's prune gets to it
-        if engine is not None:
-            try:
+        with _build_engine_if_free() as engine:
+            if engine is not None:
                 listed = engine.cli(
                     "images", "--format", "{{.Repository}}:{{.Tag}} {{.CreatedAt}}", check=False
                 )
@@ -221,8 +242,6 @@ def prune_cache(budget: int | None = None, log=None) -> int:
                         engine.cli("rmi", ref, check=False)
                 engine.cli("image", "prune", "--force", check=False)
                 engine.cli("builder", "prune", "--force", "--keep-storage", "2GB", check=False)
-            finally:
-                engine.stop()
     for wheel in (CACHE / "wheels").glob("*.whl"):
         if wheel.stat().st_nlink == 1:
             wheel.unlink(missing_ok=True)

@@ -263,12 +263,12 @@ def up(
     specs: list[tuple[str, int, str]],
     *,
     engine_root: Path | None = None,
-    engine_data: dict[str, Path] | None = None,
+    engine_data_from: dict[str, Path] | None = None,
     driver: str = "580.95.05",
 ) -> list[TestHost]:
-    """Start one host per (name, gpu count, gpu model); with engine_root, a dockerd per host under it, or for
-    a host named in engine_data on that existing data root when it is free (a host that already holds the
-    images there: the image-building engine's root saves a load of GBs)."""
+    """Start one host per (name, gpu count, gpu model); with engine_root, a dockerd per host under it. A host
+    named in engine_data_from starts its engine on that data root (dockerd.copy_images: images it holds
+    without loading them)."""
     reason = unavailable_reason()
     if reason:
         raise HostError(reason)
@@ -322,8 +322,8 @@ def up(
             run_claim.record("pidfiles", str(host.sshd_pidfile))
             start_sshd(host)
             if engine_root is not None:
-                data_root = (engine_data or {}).get(name)
-                host.engine = _start_engine(Path(engine_root), data_root, name, host.netns, run_claim)
+                data_from = (engine_data_from or {}).get(name)
+                host.engine = _start_engine_slot(Path(engine_root), name, host.netns, run_claim, data_from)
         deadline = time.monotonic() + 20
         for host in hosts:
             while not _port_open(host.address, 22):
@@ -355,27 +355,16 @@ def stop_sshd(host: TestHost) -> None:
         time.sleep(0.1)
 
 
-def _start_engine(
-    engine_root: Path, data_root: Path | None, name: str, netns: str, run_claim: Claim
+def _start_engine_slot(
+    engine_root: Path, name: str, netns: str, run_claim: Claim, data_from: Path | None = None
 ) -> dockerd.Dockerd:
-    if data_root is not None:
-        try:
-            engine = dockerd.start(data_root, netns=netns, lock_timeout=0)
-        except dockerd.DockerdBusy:
-            pass  # another run builds there now: this host gets a slot of its own (and loads its images)
-        else:
-            run_claim.record("engines", str(engine.root))
-            return engine
-    return _start_engine_slot(engine_root, name, netns, run_claim)
-
-
-def _start_engine_slot(engine_root: Path, name: str, netns: str, run_claim: Claim) -> dockerd.Dockerd:
     """The host's engine on the first free slot (engine_root/name, then name-2, ...): a concurrent run never
-    waits for, nor stops, another run's engine, and a lone run reuses its data root (loaded images)."""
+    waits for, nor stops, another run's engine, and a lone run reuses its data root (loaded images) unless
+    data_from replaces it."""
     for k in range(1, ENGINE_SLOTS + 1):
         root = engine_root / (name if k == 1 else f"{name}-{k}")
         try:
-            engine = dockerd.start(root, netns=netns, lock_timeout=0)
+            engine = dockerd.start(root, netns=netns, lock_timeout=0, data_from=data_from)
         except dockerd.DockerdBusy:
             continue
         run_claim.record("engines", str(engine.root))

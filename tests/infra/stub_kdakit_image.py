@@ -18,8 +18,11 @@ from tests.infra import dockerd, fake_server_image, images
 
 ENGINE_ROOT = images.CACHE / "stub-engine"  # its images are the layer cache; keep_only bounds them
 
+# It ends at docker stop's SIGTERM: as a container's PID 1 without a handler it would ignore the signal and be
+# killed only after the engine's 10 s stop timeout (the interrupted steps' cleanup waited on that).
 STUB = """#!/usr/bin/env python3
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 args = sys.argv[1:]
 if "--stub-sleep" in args:
     time.sleep(float(args[args.index("--stub-sleep") + 1]))
