@@ -237,7 +237,10 @@ def verdicts(record: dict) -> list[str]:
 def render_table(record: dict) -> str:
     cfg = record["config"]
     arms = cfg["arms"]
-    out = ["Per KDA layer (µs; route in brackets; eager: GPU span / host time per call):", ""]
+    out = []
+    if record.get("complete") is False:
+        out += ["The run stopped before its last row (a time limit): a cell without its row reads n/a.", ""]
+    out += ["Per KDA layer (µs; route in brackets; eager: GPU span / host time per call):", ""]
     cases = list(dict.fromkeys(r["case"] for r in record["layer"]))
     out.append("| arm | mode | " + " | ".join(cases) + " |")
     out.append("|---|---|" + "---:|" * len(cases))

@@ -75,9 +75,10 @@ def test_a_run_cut_short_keeps_its_record_of_the_rows_so_far(monkeypatch, tmp_pa
 
     def measure(arms, layer_cases, stack_cases, cfg, heads=None, log=print, layer_rows=None, stack_rows=None,
                 on_row=lambda: None):  # fmt: skip
-        layer_rows.append({"arm": arms[0], "case": "1x16", "mode": "graph", "us": 41.0})
+        row = {"arm": arms[0], "case": "1x16", "mode": "graph", "route": "in graph"}
+        layer_rows.append({**row, "us": 41.0})
         on_row()
-        stack_rows.append({"arm": arms[0], "case": "1x16", "mode": "graph", "us": 3700.0})
+        stack_rows.append({**row, "us": 3700.0})
         on_row()
         raise KeyboardInterrupt  # the call's time limit
 
@@ -93,3 +94,5 @@ def test_a_run_cut_short_keeps_its_record_of_the_rows_so_far(monkeypatch, tmp_pa
     record = served.read(raw)
     assert record["complete"] is False
     assert [r["us"] for r in record["layer"]] == [41.0] and [r["us"] for r in record["stack"]] == [3700.0]
+    assert served.render_table(record).startswith("The run stopped before its last row")
+    assert "stopped" not in served.render_table(dict(record, complete=True))
