@@ -168,6 +168,10 @@ def _served_parser(kernels: argparse._SubParsersAction, model: dict) -> None:
         help="SGLANG_KDA_PREFILL_GRAPH_MAX_SEQS: sequence slots of the graph's tables (more: eager)",
     )  # fmt: skip
     served.add_argument("--arms", default=None, help="a subset of the arms (default: all)")
+    served.add_argument(
+        "--profile-calls", type=int, default=0,
+        help="per-layer rows also list the layer's GPU kernels over N more calls (torch profiler; 0: off)",
+    )  # fmt: skip
     _results_arguments(served, "served")
 
 
@@ -344,6 +348,9 @@ def cmd_bench_table(args: argparse.Namespace) -> int:
 
 def cmd_served(args: argparse.Namespace) -> int:
     from kdakit.kernels.tools import served
+
+    if args.profile_calls < 0:
+        raise UsageError(f"--profile-calls: 0 (off) or more, got {args.profile_calls}")
 
     run_id = args.run_id or datetime.now(UTC).strftime("served-%Y%m%d-%H%M%S")
     out_dir = Path(args.results_dir) / run_id / socket.gethostname()

@@ -714,7 +714,13 @@ class Lifecycle:
         return batch, mixed, gate, beta
 
     def time_prefill(
-        self, lens: list[int], *, mode: str, reps: int = 20, metadata_each: bool = False
+        self,
+        lens: list[int],
+        *,
+        mode: str,
+        reps: int = 20,
+        metadata_each: bool = False,
+        profile_calls: int = 0,
     ) -> dict:
         """Microseconds per prefill of fresh requests of `lens` through `self.body`, as a server runs it (GPU
         only): mode "graph" SGLang's breakable prefill CUDA graph (captured for a bucket of exactly these
@@ -723,7 +729,9 @@ class Lifecycle:
         before the first prefill to one after the last, so host time the GPU waits for counts; with
         metadata_each every prefill prepares its metadata (the graph's `fill`, or the eager metadata) as a
         forward does, else once before (per-layer figures). Returns {"us", "route"}, and for eager
-        "host_us": the host's time per call while the GPU is kept busy (launch cost alone)."""
+        "host_us": the host's time per call while the GPU is kept busy (launch cost alone); with
+        profile_calls, "kernels" (µs per call of each GPU kernel over that many more calls, torch profiler)
+        and "kernels_us", their sum."""
         import torch
 
         batch, mixed, gate, beta = self._fresh_batch(lens)
@@ -773,6 +781,12 @@ class Lifecycle:
                 result["us"] = round(start.elapsed_time(end) * 1e3 / reps, 2)
                 if mode == "eager":
                     result["host_us"] = round(_host_time(run, reps), 2)
+                if profile_calls:
+                    from kdakit.kernels.tools.profile import kernel_times
+
+                    times = sorted(kernel_times(run, profile_calls).items(), key=lambda kv: -kv[1])
+                    result["kernels"] = {name: round(us, 2) for name, us in times}
+                    result["kernels_us"] = round(sum(us for _, us in times), 2)
         return result
 
     def _spec_info(self, input_ids, positions, seq_lens_cpu, bs: int, real_bs: int | None = None):

@@ -52,7 +52,8 @@ def summarize(per_kernel_us: dict[str, float]) -> dict:
     }
 
 
-def _profile(call, calls: int) -> dict[str, float]:
+def kernel_times(call, calls: int) -> dict[str, float]:
+    """µs per call of each GPU kernel that `calls` runs of call() launch (CUDA graph replays included)."""
     import torch
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -168,7 +169,7 @@ def run(
                         reference = out  # the first arm (SGLang's Triton) is the reference
                     else:
                         row["rel_err_vs_first_arm"] = float((out - reference).norm() / reference.norm())
-                    row.update(summarize(_profile(call, calls)))
+                    row.update(summarize(kernel_times(call, calls)))
                 except Exception as exc:  # one arm failing leaves the others' rows
                     row["error"] = f"{type(exc).__name__}: {exc}"[:500]
             record["rows"].append(row)

@@ -99,9 +99,11 @@ def _stack_body(life, cfg: StackConfig, tokens: int):
 def measure(
     arms: list[str], layer_cases, stack_cases, cfg: StackConfig, heads: int | None = None, log=print,
     layer_rows: list | None = None, stack_rows: list | None = None, on_row=lambda: None,
+    profile_calls: int = 0,
 ):  # fmt: skip
     """The record's rows: per-layer and stack timings for every arm (see the module docstring), appended
-    to layer_rows and stack_rows; on_row() after each row (a cut-short run keeps the rows so far)."""
+    to layer_rows and stack_rows; on_row() after each row (a cut-short run keeps the rows so far). With
+    profile_calls, each per-layer row also lists the GPU kernels the layer ran (Lifecycle.time_prefill)."""
     import torch
     from kdakit.kernels.tools import lifecycle
 
@@ -116,7 +118,9 @@ def measure(
                 for mode in ("graph", "eager"):
                     row = {"arm": arm, "case": _label(case), "mode": mode}
                     try:
-                        row.update(life.time_prefill([case[1]] * case[0], mode=mode))
+                        row.update(
+                            life.time_prefill([case[1]] * case[0], mode=mode, profile_calls=profile_calls)
+                        )
                     except Exception as exc:  # noqa: BLE001 - a mode that cannot run is a result too
                         row["error"] = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
                         torch.cuda.synchronize()
@@ -171,14 +175,20 @@ def run(args, save=lambda record: None) -> dict:
         "kind": KIND,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "environment": bench.environment(),
-        "config": {**asdict(cfg), "heads": args.heads, "chunked_prefill_size": chunk, "arms": arms},
+        "config": {
+            **asdict(cfg),
+            "heads": args.heads,
+            "chunked_prefill_size": chunk,
+            "arms": arms,
+            "profile_calls": args.profile_calls,
+        },  # fmt: skip
         "complete": False,
         "layer": [],
         "stack": [],
     }
     measure(
-        arms, layer_cases, stack_cases, cfg, heads=args.heads,
-        layer_rows=record["layer"], stack_rows=record["stack"], on_row=lambda: save(record),
+        arms, layer_cases, stack_cases, cfg, heads=args.heads, layer_rows=record["layer"],
+        stack_rows=record["stack"], on_row=lambda: save(record), profile_calls=args.profile_calls,
     )  # fmt: skip
     record["complete"] = True
     save(record)

@@ -74,7 +74,7 @@ def test_a_run_cut_short_keeps_its_record_of_the_rows_so_far(monkeypatch, tmp_pa
     from kdakit.cli import main
 
     def measure(arms, layer_cases, stack_cases, cfg, heads=None, log=print, layer_rows=None, stack_rows=None,
-                on_row=lambda: None):  # fmt: skip
+                on_row=lambda: None, profile_calls=0):  # fmt: skip
         row = {"arm": arms[0], "case": "1x16", "mode": "graph", "route": "in graph"}
         layer_rows.append({**row, "us": 41.0})
         on_row()
@@ -96,3 +96,44 @@ def test_a_run_cut_short_keeps_its_record_of_the_rows_so_far(monkeypatch, tmp_pa
     assert [r["us"] for r in record["layer"]] == [41.0] and [r["us"] for r in record["stack"]] == [3700.0]
     assert served.render_table(record).startswith("The run stopped before its last row")
     assert "stopped" not in served.render_table(dict(record, complete=True))
+
+
+def test_profile_calls_list_each_layers_kernels_in_its_row(monkeypatch, tmp_path, capsys):
+    """`--profile-calls N` asks each per-layer timing for its GPU kernels over N more calls (the stack rows
+    are not profiled) and the rows keep them; a negative N is refused in one line."""
+    from kdakit.kernels.tools import bench, lifecycle
+
+    from kdakit.cli import main
+
+    asked = []
+
+    class FakeLifecycle:
+        def __init__(self, arm, shape):
+            self.arm, self._prefill_graphs = arm, {}
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def time_prefill(self, lens, *, mode, reps=20, metadata_each=False, profile_calls=0):
+            asked.append((mode, metadata_each, profile_calls))
+            row = {"us": 40.0, "route": "in graph" if mode == "graph" else "eager"}
+            if profile_calls:
+                row.update(kernels={"_helion__state_pass_fn": 30.0, "causal_conv1d": 10.0}, kernels_us=40.0)
+            return row
+
+    monkeypatch.setattr(lifecycle, "Lifecycle", FakeLifecycle)
+    monkeypatch.setattr(lifecycle, "served_shape", lambda *a, **k: None)
+    monkeypatch.setattr(served, "_stack_body", lambda life, cfg, tokens: None)
+    monkeypatch.setattr(bench, "environment", lambda: {"gpu": "NVIDIA H200"})  # (no GPU here)
+    args = ["kernels", "served", "--arms", "helion", "--layer-cases", "1x16", "--stack-cases", "1x16"]
+    assert main([*args, "--profile-calls", "5", "--results-dir", str(tmp_path), "--run-id", "p"]) == 0
+    assert sorted(asked) == [("eager", False, 5), ("eager", True, 0), ("graph", False, 5), ("graph", True, 0)]
+    record = served.read(next(tmp_path.glob(f"p/*/{served.RAW_NAME}")))
+    assert record["complete"] is True and record["config"]["profile_calls"] == 5
+    assert all(row["kernels_us"] == 40.0 for row in record["layer"])
+    assert not any("kernels" in row for row in record["stack"])
+    assert main([*args, "--profile-calls", "-1", "--results-dir", str(tmp_path)]) == 2
+    assert "--profile-calls: 0 (off) or more, got -1" in capsys.readouterr().err
