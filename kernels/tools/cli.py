@@ -349,8 +349,7 @@ def cmd_bench_table(args: argparse.Namespace) -> int:
 def cmd_served(args: argparse.Namespace) -> int:
     from kdakit.kernels.tools import served
 
-    if args.profile_calls < 0:
-        raise UsageError(f"--profile-calls: 0 (off) or more, got {args.profile_calls}")
+    _positive(args.profile_calls, "profile-calls", minimum=0)
 
     run_id = args.run_id or datetime.now(UTC).strftime("served-%Y%m%d-%H%M%S")
     out_dir = Path(args.results_dir) / run_id / socket.gethostname()

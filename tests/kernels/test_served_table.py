@@ -136,4 +136,4 @@ def test_profile_calls_list_each_layers_kernels_in_its_row(monkeypatch, tmp_path
     assert all(row["kernels_us"] == 40.0 for row in record["layer"])
     assert not any("kernels" in row for row in record["stack"])
     assert main([*args, "--profile-calls", "-1", "--results-dir", str(tmp_path)]) == 2
-    assert "--profile-calls: 0 (off) or more, got -1" in capsys.readouterr().err
+    assert "--profile-calls must be >= 0 (got -1)" in capsys.readouterr().err
