@@ -315,7 +315,7 @@ def _helpers(fn) -> list:
     def walk(f) -> None:
         for name in names(f.__code__):
             obj = f.__globals__.get(name)
-            if isinstance(obj, types.FunctionType) and _is_kernel_code(obj, fn) and obj is not fn:
+            if isinstance(obj, types.FunctionType) and _in_package(obj) and obj is not fn:
                 if obj not in found:
                     found.append(obj)
                     walk(obj)
@@ -324,8 +324,8 @@ def _helpers(fn) -> list:
     return found
 
 
-def _is_kernel_code(obj, fn) -> bool:
-    return obj.__module__ == fn.__module__ or obj.__module__.startswith(f"{__package__}.")
+def _in_package(obj) -> bool:
+    return obj.__module__.startswith(f"{__package__}.")
 
 
 @functools.cache

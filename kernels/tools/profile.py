@@ -120,15 +120,17 @@ def profiled_arms() -> list[str]:
     return [arm for arm in bench.ARMS["prefill"] if arm not in bench.OPTIONAL_ARMS]
 
 
-def parse_arms(text: str | None) -> list[str] | None:
-    """--arms: a comma list of profiled arms (None: all of them)."""
+def parse_arms(
+    text: str | None, known: list[str] | None = None, what: str = "prefill arms"
+) -> list[str] | None:
+    """--arms: a comma list of `known` arms (default: the profiled prefill arms); None when not given."""
     if text is None:
         return None
+    known = profiled_arms() if known is None else known
     arms = [a.strip() for a in text.split(",") if a.strip()]
-    known = profiled_arms()
     unknown = [a for a in arms if a not in known]
     if not arms or unknown:
-        raise UsageError(f"--arms: not {', '.join(unknown) or repr(text)}; prefill arms: {', '.join(known)}")
+        raise UsageError(f"--arms: not {', '.join(unknown) or repr(text)}; {what}: {', '.join(known)}")
     return arms
 
 

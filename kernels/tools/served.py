@@ -157,18 +157,15 @@ def run(args, save=lambda record: None) -> dict:
     last."""
     from datetime import UTC, datetime
 
-    from kdakit.kernels.tools import bench
+    from kdakit.kernels.tools import bench, profile
 
     from kdakit.facts import profiles
 
     cfg = StackConfig(
         layers=args.layers, hidden=args.hidden, ffn=args.ffn, reps=args.reps, max_seqs=args.max_seqs
     )
-    arms = [a.strip() for a in args.arms.split(",")] if args.arms else profiles.kernel_set_arms()
     known = profiles.kernel_set_arms()  # arms with one backend for all three phases and no other flags
-    unknown = set(arms) - set(known)
-    if unknown:
-        raise UsageError(f"--arms: not {', '.join(sorted(unknown))}; arms it runs: {', '.join(known)}")
+    arms = profile.parse_arms(args.arms, known, "arms it runs") or known
     layer_cases, stack_cases = parse_cases(args.layer_cases), parse_cases(args.stack_cases)
     chunk = int(profiles.load(profiles.default_sku(), profiles.ab_arms()[0]).flags["--chunked-prefill-size"])
     record = {

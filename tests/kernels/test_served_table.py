@@ -7,6 +7,7 @@ import copy
 import json
 import re
 
+import pytest
 from kdakit.kernels.tools import bench_table, served
 
 MARKERS = (served.BEGIN, served.END)
@@ -137,3 +138,15 @@ def test_profile_calls_list_each_layers_kernels_in_its_row(monkeypatch, tmp_path
     assert not any("kernels" in row for row in record["stack"])
     assert main([*args, "--profile-calls", "-1", "--results-dir", str(tmp_path)]) == 2
     assert "--profile-calls must be >= 0 (got -1)" in capsys.readouterr().err
+
+
+def test_arms_outside_the_kernel_set_arms_are_refused_in_one_line(monkeypatch, capsys, tmp_path):
+    """--arms takes the arms that set one kernel backend for every phase; anything else (a typo, an empty
+    list) stops before any GPU work, naming the arms it runs."""
+    from kdakit.cli import main
+
+    monkeypatch.setattr(served, "measure", lambda *a, **k: pytest.fail("measured with a bad --arms"))
+    for bad in ("kdakit", " , ", "triton,helion2"):
+        assert main(["kernels", "served", "--arms", bad, "--results-dir", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert "--arms: not " in err and "; arms it runs: triton, helion" in err, err
