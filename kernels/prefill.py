@@ -28,8 +28,9 @@ bandwidth-bound.
 5. `recompute_u`: one program per (chunk, value head, V tile): U = Tinv diag(beta) v, written over v.
 6. `state`: one program per (sequence, value head, V tile): the only sequential part, over the chunks of one
    sequence, with the state kept K-first in registers; the output is fused in, so no per-chunk state goes
-   through HBM. Each step's operands are loaded at its top and pipelined by Triton (3 stages). Each program
-   takes a whole SM, so the V tile is widened at run time while the programs would need a second wave
+   through HBM. Each step's dot operands are loaded at its top and pipelined by Triton (3 stages); the
+   chunk's decay, which Triton does not stage, is loaded one step ahead. Each program takes a whole SM, so
+   the V tile is widened at run time while the programs would need a second wave
    (`widened_block_v`: 2x4096 tokens runs 32-wide), and a specialization that needs more shared memory
    than the GPU has runs with fewer stages (`_launch_within_shared_memory`). No per-chunk state
    leaves the loop: with `output_intermediate_states` the second return value is None (as SGLang's FlashInfer
@@ -561,7 +562,7 @@ def _state_pass_fn(
             # pipeliner stages them through shared memory (cp.async) ahead of use.
             cols64 = hl.arange(64)
             # A chunk's decay is loaded one step ahead: Triton does not stage this small load, and loaded in
-            # its own step it stalls the state update for a global round trip (a quarter of the pass's stalls).
+            # its own step it held the state update for a global round trip (a quarter of the pass's stalls).
             decay_next = hl.load(decay_flat, [(first_chunk * HV + hv) * K + kk], extra_mask=end > begin)
             for tile_t in hl.tile(end - begin, block_size=64):
                 chunk = first_chunk + tile_t.id
