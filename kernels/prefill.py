@@ -562,7 +562,7 @@ def _state_pass_fn(
             # pipeliner stages them through shared memory (cp.async) ahead of use.
             cols64 = hl.arange(64)
             # A chunk's decay is loaded one step ahead: Triton does not stage this small load, and loaded in
-            # its own step it held the state update for a global round trip (a quarter of the pass's stalls).
+            # its own step it would hold the state update for a global round trip.
             decay_next = hl.load(decay_flat, [(first_chunk * HV + hv) * K + kk], extra_mask=end > begin)
             for tile_t in hl.tile(end - begin, block_size=64):
                 chunk = first_chunk + tile_t.id
