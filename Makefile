@@ -27,7 +27,7 @@ PYTEST_ARGS ?=
 # waits on dockerd, sshd and clients, so two cores already gain).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 
-.PHONY: help setup test test-packages test-gpu lint pins pins-check plan sglang-args reproduce clean
+.PHONY: help setup test test-packages test-images test-gpu lint pins pins-check plan sglang-args reproduce clean
 REBUILD ?=
 # ansible: the playbooks over SSH; slurm: Slurm jobs (slurm/slurm.mk, slurm/README.md).
 SCHEDULER ?= ansible
@@ -65,6 +65,10 @@ test-packages: ## Install the Debian packages the Docker, SSH-host, Slurm and br
 	DEBIAN_FRONTEND=noninteractive apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		$$(grep -v '^\s*#' .ci/apt-packages.txt | tr '\n' ' ') >/dev/null
+
+# Optional: the Docker tests build what is missing themselves (and wait while this holds the build engine).
+test-images: ## Build the Docker tests' images into their cache ahead of `make test` (root, after test-packages; CI runs it beside make setup)
+	$(PYTHON) -m tests.infra.prebuild
 
 test-gpu: setup ## Run the GPU tests (needs an NVIDIA GPU). Vars: PYTEST_ARGS=
 	$(PY) -m pytest -m gpu $(PYTEST_ARGS)

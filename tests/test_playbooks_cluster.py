@@ -32,11 +32,10 @@ import yaml
 from kdakit.launch import access
 from kdakit.report.model import load_published
 from tests.infra import (
-    bench_client_image,
     dockerd,
-    fake_server_image,
     images,
     keyscan,
+    prebuild,
     slurmcluster,
     sshhosts,
 )
@@ -88,10 +87,7 @@ def built():
     t0 = time.monotonic()
     engine = images.start_engine()
     try:
-        kdakit_tag = "kdakit:ci"
-        images.kdakit_image(engine, images.standin_base(engine), tag=kdakit_tag)
-        client_tag = bench_client_image.build(engine, kdakit_tag)
-        fake_tag = fake_server_image.build(engine)
+        client_tag, fake_tag = prebuild.cluster_images(engine)
         engine.cli("tag", client_tag, DEPLOY_REF)
         fake_tar = images.image_tarball(engine, fake_tag)
     finally:

@@ -1,0 +1,36 @@
+"""The images the Docker tests build on the image-building engine, built ahead of the tests into the test
+cache (`make test-images`; CI runs it beside `make setup`, whose pip work leaves a core idle). The tests
+need nothing of it: their fixtures build whatever is missing, and while this runs they wait for the
+engine's lock, then find the images cached."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tests.infra import bench_client_image, fake_server_image, images
+
+KDAKIT_TAG = "kdakit:ci"
+
+
+def cluster_images(engine) -> tuple[str, str]:
+    """The playbook cluster's images: (the kdakit image with the benchmark client's imports, the fake
+    server's tag), each built only where the engine lacks it."""
+    images.kdakit_image(engine, images.standin_base(engine), tag=KDAKIT_TAG)
+    return bench_client_image.build(engine, KDAKIT_TAG), fake_server_image.build(engine)
+
+
+def main() -> int:
+    t0 = time.monotonic()
+    engine = images.start_engine()
+    try:
+        _, fake_tag = cluster_images(engine)
+        images.image_tarball(engine, fake_tag)
+    finally:
+        engine.stop()
+    print(f"test images ready in {images.CACHE} ({time.monotonic() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
