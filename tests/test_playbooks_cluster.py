@@ -87,9 +87,8 @@ def built():
     t0 = time.monotonic()
     engine = images.start_engine()
     try:
-        client_tag, fake_tag = prebuild.cluster_images(engine)
+        client_tag, fake_tag, fake_tar = prebuild.cluster_images(engine)
         engine.cli("tag", client_tag, DEPLOY_REF)
-        fake_tar = images.image_tarball(engine, fake_tag)
     finally:
         engine.stop()
     # beside the hosts' engine roots: moved into them as they start (one file system)

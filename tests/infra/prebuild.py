@@ -7,25 +7,26 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 from tests.infra import bench_client_image, fake_server_image, images
 
 KDAKIT_TAG = "kdakit:ci"
 
 
-def cluster_images(engine) -> tuple[str, str]:
+def cluster_images(engine) -> tuple[str, str, Path]:
     """The playbook cluster's images: (the kdakit image with the benchmark client's imports, the fake
-    server's tag), each built only where the engine lacks it."""
+    server's tag, its saved tarball), each built only where the engine or the cache lacks it."""
     images.kdakit_image(engine, images.standin_base(engine), tag=KDAKIT_TAG)
-    return bench_client_image.build(engine, KDAKIT_TAG), fake_server_image.build(engine)
+    fake_tag = fake_server_image.build(engine)
+    return bench_client_image.build(engine, KDAKIT_TAG), fake_tag, images.image_tarball(engine, fake_tag)
 
 
 def main() -> int:
     t0 = time.monotonic()
     engine = images.start_engine()
     try:
-        _, fake_tag = cluster_images(engine)
-        images.image_tarball(engine, fake_tag)
+        cluster_images(engine)
     finally:
         engine.stop()
     print(f"test images ready in {images.CACHE} ({time.monotonic() - t0:.0f} s)")
