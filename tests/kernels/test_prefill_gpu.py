@@ -243,7 +243,8 @@ for lens in ([1], [3], [70], [1, 70]):
         worst = max(worst, (pool[x["idx"][n]].double() - f).abs().max().item())
 print("WORST", worst)
 """.replace("@TESTS@", repr(str(Path(__file__).resolve().parent)))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    # -P: the kit as installed, not a `kdakit/` source folder where the interpreter happens to start
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     worst = float(out.stdout.split("WORST")[-1])
     assert worst < S_TOL
