@@ -67,7 +67,7 @@ test-packages: ## Install the Debian packages the Docker, SSH-host, Slurm and br
 		$$(grep -v '^\s*#' .ci/apt-packages.txt | tr '\n' ' ') >/dev/null
 
 # Optional: the Docker tests build what is missing themselves (and wait while this holds the build engine).
-test-images: ## Build the Docker tests' images into their cache ahead of `make test` (root, after test-packages; CI runs it beside make test)
+test-images: ## Build the Docker tests' images into their cache (root, after test-packages; CI runs it beside make test, whose Docker fixtures wait for it)
 	$(PYTHON) -m tests.infra.prebuild
 
 test-gpu: setup ## Run the GPU tests (needs an NVIDIA GPU). Vars: PYTEST_ARGS=
