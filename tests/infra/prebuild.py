@@ -1,7 +1,7 @@
 """The images the Docker tests build on the image-building engine, built into the test cache beside the
-tests (`make test-images`; CI runs it beside `make test`: the build waits mostly on the disk, the tests on
-the CPU). The tests need nothing of it: their fixtures build whatever is missing, and while this runs they
-wait for the engine's lock, then find the images cached."""
+tests (`make test-images`; CI runs it beside `make test`, not beside `make setup`, whose pip unpacks torch to
+the same disk at the same time). The tests need nothing of it: their fixtures build whatever is missing,
+and while this runs they wait for the engine's lock, then find the images cached."""
 
 from __future__ import annotations
 
