@@ -543,12 +543,7 @@ stop_containers() {
     stop_server_pid "$(cat "$SERVER_PID_FILE")"
     rm -f "$SERVER_PID_FILE"
   fi
-  # the server wrote its own log (keys included) inside the 0700 diag folder: scrubbed before the job ends
-  if [ -f "$OUT/diag/kdakit-sglang.log" ]; then
-    scrub_keys < "$OUT/diag/kdakit-sglang.log" > "$OUT/diag/kdakit-sglang.log.tmp" \
-      && chmod 0640 "$OUT/diag/kdakit-sglang.log.tmp" \
-      && mv -f "$OUT/diag/kdakit-sglang.log.tmp" "$OUT/diag/kdakit-sglang.log"
-  fi
+  # (the server's output reached its log through the key filter: step_deploy)
 }
 
 stop_job_leftovers() {

@@ -623,6 +623,58 @@ def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
     assert (diag / "kdakit-sglang.log").stat().st_mode & 0o777 == 0o640
 
 
+FAKE_SERVER = """#!/bin/bash
+# stands in for `kdakit serve` inside the pyxis container: a log line with a key, a graceful stop on TERM
+echo "server log, started with --api-key $PLANTED_KEY"
+trap 'echo "server stopping"; exit 0' TERM
+while true; do sleep 0.1; done
+"""
+
+
+def test_the_pyxis_node_part_stops_its_server_and_leaves_only_the_scrubbed_log(tmp_path):
+    """pyxis: the server is a process beside the node part. Its exit trap stops it gracefully; the server's
+    output reaches its log through the key filter; nothing else is left in the diag folder and nothing fails
+    on the way (bash reports an unknown command on stderr and goes on)."""
+    import os
+    import time
+
+    from kdakit.launch import access
+
+    server = tmp_path / "server"
+    server.write_text(FAKE_SERVER)
+    server.chmod(0o755)
+    s = settings.load(None, ["runtime=pyxis", "squashfs=/s.sqsh", f"server_entrypoint={server}",
+                             "server_command=--port,30000", "nvidia_smi=true"])  # fmt: skip
+    visit = _visit(tmp_path, steps=("deploy",), arm="helion")
+    ctx = run.Context(s, _slurm(FakeSlurm([_job("RUNNING")])), tmp_path / "results", "r1", "h200")
+    run.prepare(ctx)
+    keys = run.run_secrets(ctx)
+    visit.script_path.write_text(script.render(s, visit))
+    visit.wait_ready.write_text("print('ready')\n")  # stands in for the readiness wait
+    env = {**os.environ, "SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1", "SLURM_STEP_GPUS": "0,1,2,3",
+           "PLANTED_KEY": keys[0]}  # fmt: skip
+    node = ["bash", str(visit.script_path), "node", "helion", "1", "deploy"]
+    done = subprocess.run(node, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "command not found" not in done.stderr, done.stderr
+    status = (visit.run_dir / "slurm" / "steps" / "5" / "n1.tsv").read_text().splitlines()
+    assert status[-2:] == ["deploy\tok\t", "server\tstopped\t"], status
+    assert not (visit.run_dir / "slurm" / "state" / "server-5-n1.pid").exists()
+    diag = visit.run_dir / "n1" / "helion" / "diag"
+    log = diag / "kdakit-sglang.log"
+    deadline = time.monotonic() + 10  # the filter ends once the stopped server's output closes
+    while "server stopping" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    assert "server log, started with --api-key " + access.REDACTED in log.read_text()
+    left = sorted(p.name for p in diag.iterdir())
+    assert left == ["kdakit-sglang.log", "nvidia-smi-q.txt", "slurm-deploy.log"], left
+    for path in visit.run_dir.rglob("*"):
+        if path.is_file() and "state" not in path.parts:
+            assert not any(k.encode() in path.read_bytes() for k in keys), f"a run key leaked into {path}"
+    assert log.stat().st_mode & 0o777 == 0o640
+
+
 FAKE_SLURM_BIN = {
     "scancel": 'echo "scancel $*" >> "$CALLS"\n',
     "squeue": 'echo "squeue $*" >> "$CALLS"\necho "$SLURM_JOB_ID.batch"\n',
