@@ -563,6 +563,24 @@ def test_teardown_cancels_the_runs_jobs_and_checks_each_server_stopped(tmp_path)
     ) in rows
 
 
+def _node_part_ready(tmp_path, s, visit) -> list[str]:
+    """A visit's node part as the controller leaves it on shared storage (run folder, keys, job script),
+    with a readiness wait that answers at once; returns the run's keys."""
+    ctx = run.Context(s, _slurm(FakeSlurm([_job("RUNNING")])), tmp_path / "results", "r1", "h200")
+    run.prepare(ctx)
+    keys = run.run_secrets(ctx)
+    visit.script_path.write_text(script.render(s, visit))
+    visit.wait_ready.write_text("print('ready')\n")  # stands in for the readiness wait
+    return keys
+
+
+def _assert_no_run_key(run_dir, keys) -> None:
+    """No file of the run outside its state folder (where the keys live) holds a key."""
+    for path in run_dir.rglob("*"):
+        if path.is_file() and "state" not in path.parts:
+            assert not any(k.encode() in path.read_bytes() for k in keys), f"a run key leaked into {path}"
+
+
 FAKE_DOCKER = """#!/bin/bash
 echo "$*" >> "$(dirname "$0")/docker.log"
 case "$1 $2" in "image inspect") echo sha256:fake ;; esac
@@ -588,11 +606,7 @@ def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
     s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "server_command=--port,30000",
                              "use_gpus=false"])  # fmt: skip
     visit = _visit(tmp_path, steps=("deploy", "hold"), arm="helion")
-    ctx = run.Context(s, _slurm(FakeSlurm([_job("RUNNING")])), tmp_path / "results", "r1", "h200")
-    run.prepare(ctx)
-    keys = run.run_secrets(ctx)
-    visit.script_path.write_text(script.render(s, visit))
-    visit.wait_ready.write_text("print('ready')\n")  # stands in for the readiness wait
+    keys = _node_part_ready(tmp_path, s, visit)
     env = {**os.environ, "SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1", "PLANTED_KEY": keys[0]}
     proc = subprocess.Popen(
         ["bash", str(visit.script_path), "node", "helion", "1", "deploy", "hold"], env=env
@@ -616,9 +630,7 @@ def test_the_node_trap_stops_the_server_even_when_slurm_signals_twice(tmp_path):
     log = (diag / "kdakit-sglang.log").read_text()
     assert "server log, started with --api-key " + access.REDACTED in log
     assert access.REDACTED in (diag / "kdakit-sglang.inspect.json").read_text()
-    for path in visit.run_dir.rglob("*"):
-        if path.is_file() and "state" not in path.parts:
-            assert not any(k.encode() in path.read_bytes() for k in keys), f"a run key leaked into {path}"
+    _assert_no_run_key(visit.run_dir, keys)
     assert diag.stat().st_mode & 0o777 == 0o700
     assert (diag / "kdakit-sglang.log").stat().st_mode & 0o777 == 0o640
 
@@ -646,11 +658,7 @@ def test_the_pyxis_node_part_stops_its_server_and_leaves_only_the_scrubbed_log(t
     s = settings.load(None, ["runtime=pyxis", "squashfs=/s.sqsh", f"server_entrypoint={server}",
                              "server_command=--port,30000", "nvidia_smi=true"])  # fmt: skip
     visit = _visit(tmp_path, steps=("deploy",), arm="helion")
-    ctx = run.Context(s, _slurm(FakeSlurm([_job("RUNNING")])), tmp_path / "results", "r1", "h200")
-    run.prepare(ctx)
-    keys = run.run_secrets(ctx)
-    visit.script_path.write_text(script.render(s, visit))
-    visit.wait_ready.write_text("print('ready')\n")  # stands in for the readiness wait
+    keys = _node_part_ready(tmp_path, s, visit)
     env = {**os.environ, "SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1", "SLURM_STEP_GPUS": "0,1,2,3",
            "PLANTED_KEY": keys[0]}  # fmt: skip
     node = ["bash", str(visit.script_path), "node", "helion", "1", "deploy"]
@@ -669,9 +677,7 @@ def test_the_pyxis_node_part_stops_its_server_and_leaves_only_the_scrubbed_log(t
     assert "server log, started with --api-key " + access.REDACTED in log.read_text()
     left = sorted(p.name for p in diag.iterdir())
     assert left == ["kdakit-sglang.log", "nvidia-smi-q.txt", "slurm-deploy.log"], left
-    for path in visit.run_dir.rglob("*"):
-        if path.is_file() and "state" not in path.parts:
-            assert not any(k.encode() in path.read_bytes() for k in keys), f"a run key leaked into {path}"
+    _assert_no_run_key(visit.run_dir, keys)
     assert log.stat().st_mode & 0o777 == 0o640
 
 
@@ -747,11 +753,7 @@ def test_a_published_ab_on_slurm_runs_its_protocols_and_its_servers_environment(
     docker.chmod(0o755)
     s = settings.load(None, [f"docker_cli={docker}", "nvidia_smi=true", "use_gpus=false"])
     visit = _visit(tmp_path, steps=("deploy",), arm="triton", bench_protocol="cutedsl-pr")
-    ctx = run.Context(s, _slurm(FakeSlurm([_job("RUNNING")])), tmp_path / "results", "r1", "h200")
-    run.prepare(ctx)
-    run.run_secrets(ctx)
-    visit.script_path.write_text(script.render(s, visit))
-    visit.wait_ready.write_text("print('ready')\n")  # stands in for the readiness wait
+    _node_part_ready(tmp_path, s, visit)
     env = {**os.environ, "SLURM_JOB_ID": "5", "SLURMD_NODENAME": "n1", "PLANTED_KEY": "none"}
     node = ["bash", str(visit.script_path), "node", "triton", "1", "deploy"]
     done = subprocess.run(node, env=env, timeout=60)
