@@ -1,13 +1,13 @@
-# The record's CPU check, as it ran (paths of this machine): main's chunk_kda (the installed kdakit) against
-# prefill_wku.py (.carry/calls, the merged variant) under the interpreter, each checked against the fp64 reference
-# by tests/kernels/test_prefill.py's check().
+# The record's CPU check, as it ran (paths of this machine): main's chunk_kda (the installed kdakit) against a
+# probe copy in .carry/calls (VARIANT=prefill_wku or prefill_ipairs) under the interpreter, each checked against
+# the fp64 reference by tests/kernels/test_prefill.py's check().
 """CPU check: prefill_wku.chunk_kda (merged recompute) against main's chunk_kda and the fp64 reference."""
 import os, sys
 sys.path.insert(0, "/work/main/.carry/calls"); sys.path.insert(0, "/work/main/tests/kernels")
 import torch
 from kdakit.kernels.tools.testing import interpreter
 with interpreter():
-    import prefill_wku
+    prefill_wku = __import__(os.environ.get("VARIANT", "prefill_wku"))
     import test_prefill as T
     from kdakit.kernels import prefill
     for KV, lens, hv in (((32, 32), [17, 1, 63, 64, 65, 130], 2), ((64, 64), [70, 130], 2), ((32, 64), [100], 4), ((64, 32), [90], 2)):
