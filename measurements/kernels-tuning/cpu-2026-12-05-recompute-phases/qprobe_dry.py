@@ -6,12 +6,12 @@ with interpreter():
     import torch
     sys.modules["kda_stubs"] = types.ModuleType("kda_stubs")
     torch.cuda.synchronize = lambda *a, **k: None
-    from kdakit.kernels.tools import profile, bench, bench_inputs
+    from kdakit.kernels.tools import profile, bench
     def _inputs(batch, tokens, heads):
         cfg = bench.BenchConfig(heads=heads, value_heads=heads)
         gen = torch.Generator().manual_seed(0)
         total, K = batch * tokens, cfg.head_dim
-        A_log, dt_bias = bench_inputs.params(cfg, gen) if False else (torch.randn(heads) * 0.5, torch.randn(heads * K) * 0.3)
+        A_log, dt_bias = torch.randn(heads, generator=gen) * 0.5, torch.randn(heads * K, generator=gen) * 0.3
         qkv0 = torch.randn(total, 3 * heads * K, generator=gen).to(torch.bfloat16)
         return {"cfg": cfg, "A_log": A_log, "dt_bias": dt_bias, "qkv0": qkv0,
                 "x": {"qkv": qkv0.clone(), "g": torch.randn(1, total, heads, K, generator=gen).to(torch.bfloat16),
