@@ -11,22 +11,22 @@ state kept V-first as M = S^T [V, K] like SGLang's pool):
     O       = scale (q * exp Gamma) S0 + Aqk Vnew
     S_next  = diag(exp Gamma_last) S0 + (k * exp(Gamma_last - Gamma))^T Vnew
 
-Six Helion kernels. Everything before the state pass is fully parallel and built from small programs (few
+Five Helion kernels. Everything before the state pass is fully parallel and built from small programs (few
 warps, a [16 or 64, 32] tile at a time), so many run per SM: the intra-chunk work is latency-bound, not
 bandwidth-bound.
 
 1. `gate`: one program per (chunk, value head): gate activation from the raw gate, chunk-local cumsum in log2
    units, and the chunk's token span for the later kernels.
 2. `intra`: one program per (chunk, value head, 16-row block i): row block i of L and of Aqk, K in 32-wide
-   slices, the q/k L2 norms applied to the dot results (and stored for `recompute_wk`); the diagonal block
+   slices, the q/k L2 norms applied to the dot results (and stored for `recompute`); the diagonal block
    factorised around its middle row, the blocks left of it around the block's first row (so exp never
    overflows), the j < i blocks as a data-dependent loop.
 3. `solve`: one program per (chunk, value head): Tinv = (I + L)^-1 row block by row block (diagonal blocks
    by the nilpotent product formula, the rest by block substitution), stored as 64-wide bf16 rows.
-4. `recompute_wk`: one program per (chunk, value head, K tile): W = Tinv diag(beta)(k exp Gamma) as a
-   64x64 @ 64x32 dot, k exp(Gamma_last - Gamma), scale q exp Gamma and exp Gamma_last.
-5. `recompute_u`: one program per (chunk, value head, V tile): U = Tinv diag(beta) v, written over v.
-6. `state`: one program per (sequence, value head, V tile): the only sequential part, over the chunks of one
+4. `recompute`: one program per (chunk, value head, 64-column tile): U = Tinv diag(beta) v (written over
+   v), then scale q exp Gamma, k exp(Gamma_last - Gamma), W = Tinv diag(beta)(k exp Gamma) and exp
+   Gamma_last, from one load of Tinv and beta, each output stored before the next one's operands load.
+5. `state`: one program per (sequence, value head, V tile): the only sequential part, over the chunks of one
    sequence, with the state kept K-first in registers; the output is fused in, so no per-chunk state goes
    through HBM. Each step's dot operands are loaded at its top and pipelined by Triton (3 stages); the
    chunk's decay, which Triton does not stage, is loaded one step ahead. Each program takes a whole SM, so
@@ -140,7 +140,7 @@ def _gate_cumsum_fn(
 
 
 # --------------------------------------------------------------------------------------------------------
-# 2. intra-chunk: L and Aqk by 16-row blocks;  solve: Tinv = (I+L)^-1;  recompute: W, kg, qg, decay;  U
+# 2. intra-chunk: L and Aqk by 16-row blocks;  solve: Tinv = (I+L)^-1;  recompute: U, qg, kg, W, decay
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -417,9 +417,18 @@ def _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw):
     return tinv, beta
 
 
-def _recompute_wk_fn(
+def _column_masks(valid, cols, K: int, V: int):
+    """Masks of a column tile that runs to max(K, V): (value columns, key columns, key columns alone). With
+    K == V (the served models) the columns need none."""
+    if K == V:
+        return _column(valid), _column(valid), None
+    return _column(valid) & _row(cols < V), _column(valid) & _row(cols < K), cols < K
+
+
+def _recompute_fn(
     q_rows: torch.Tensor,  # [T, H*K]
     k_rows: torch.Tensor,  # [T, H*K]
+    v_rows: torch.Tensor,  # [T, HV*V] in: v, out: U
     gcum_rows: torch.Tensor,  # [T*HV, K] fp32
     beta_rows: torch.Tensor,  # [T*HV]
     rnorm_q: torch.Tensor,  # [T*HV] fp32
@@ -437,69 +446,51 @@ def _recompute_wk_fn(
     HV: hl.constexpr,
     GROUP: hl.constexpr,
 ) -> torch.Tensor:
-    """One program per (chunk, value head, K tile): W, kg, qg and the chunk decay for those columns."""
+    """One program per (chunk, value head, column tile c): U = Tinv diag(beta) v for the value columns c
+    (written over v, read first), then qg, kg, W and the chunk decay for the key columns c, from one load of
+    Tinv and beta.
+
+    Each output is stored before the next one's operands load (U, qg, kg, W), so only one phase's tiles are
+    live at a time besides Tinv: 127 registers a thread at 64-wide tiles and 4 warps, three programs an SM
+    (with W, kg and qg live together a program needs 191, two an SM). Columns run to max(K, V); where K != V
+    those past K or V are masked (`_column_masks`)."""
     P = lanes.size(0)
     K = hl.specialize(gcum_rows.size(1))
-    hl.specialize((q_rows.stride(0), k_rows.stride(0), gcum_rows.stride(0)))
-    block_k = hl.register_block_size(16, K)
-    for tile_p, tile_h, tile_c in hl.tile([P, HV, K], block_size=[1, 1, block_k]):
+    V = hl.specialize(v_rows.size(1)) // HV
+    hl.specialize((q_rows.stride(0), k_rows.stride(0), gcum_rows.stride(0), v_rows.stride(0)))
+    block_c = hl.register_block_size(16, max(K, V))
+    for tile_p, tile_h, tile_c in hl.tile([P, HV, max(K, V)], block_size=[1, 1, block_c]):
         hv, chunks = tile_h.id, chunk_count[0]
         for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
             m, start, end, token, valid, row = _chunk_slots(spans, tile_p, tile_s, P, hv, HV)
             cols = tile_c.index
-            qk_cols = (hv // GROUP) * K + cols
+            in_v, in_k, col_in_k = _column_masks(valid, cols, K, V)
             tinv, beta = _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw)
+            v_cols = hv * V + cols
+            vt = hl.load(v_rows, [token[:, None], v_cols[None, :]], extra_mask=in_v).float()
+            u = _dot32(tinv, (vt * beta[:, None]).to(torch.bfloat16))
+            hl.store(v_rows, [token[:, None], v_cols[None, :]], u.to(v_rows.dtype), extra_mask=in_v)
+            qk_cols = (hv // GROUP) * K + cols
             # last row of the chunk (padding chunks: any in-bounds row; nothing of theirs is stored but decay)
             last = torch.clamp(torch.minimum(start + 63, end - 1), min=0)
-            g_last = hl.load(gcum_rows, [last * HV + hv, cols])
-            hl.store(decay_rows, [m * HV + hv, cols], torch.exp2(torch.clamp(g_last, max=0.0)))
-            gam = hl.load(gcum_rows, [row[:, None], cols[None, :]], extra_mask=valid[:, None])
-            rk = hl.load(rnorm_k, [row], extra_mask=valid)
-            k = (
-                hl.load(k_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
-                * rk[:, None]
-            )
+            g_last = hl.load(gcum_rows, [last * HV + hv, cols], extra_mask=col_in_k)
+            decay = torch.exp2(torch.clamp(g_last, max=0.0))
+            hl.store(decay_rows, [m * HV + hv, cols], decay, extra_mask=col_in_k)
+            gam = hl.load(gcum_rows, [row[:, None], cols[None, :]], extra_mask=in_k)
             eg = torch.exp2(torch.clamp(gam, max=0.0))
-            kb = (k * eg * beta[:, None]).to(torch.bfloat16)
-            hl.store(w_rows, [row[:, None], cols[None, :]], _dot32(tinv, kb).to(w_rows.dtype),
-                     extra_mask=valid[:, None])  # fmt: skip
-            kg = k * torch.exp2(torch.clamp(g_last[None, :] - gam, max=0.0))
-            hl.store(kg_rows, [row[:, None], cols[None, :]], kg.to(kg_rows.dtype), extra_mask=valid[:, None])
             rq = hl.load(rnorm_q, [row], extra_mask=valid)
-            q = (
-                hl.load(q_rows, [token[:, None], qk_cols[None, :]], extra_mask=valid[:, None]).float()
-                * rq[:, None]
+            q = hl.load(q_rows, [token[:, None], qk_cols[None, :]], extra_mask=in_k).float()
+            hl.store(qg_rows, [row[:, None], cols[None, :]], (q * rq[:, None] * eg * scale).to(qg_rows.dtype),
+                     extra_mask=in_k)  # fmt: skip
+            rk = hl.load(rnorm_k, [row], extra_mask=valid)
+            k = hl.load(k_rows, [token[:, None], qk_cols[None, :]], extra_mask=in_k).float() * rk[:, None]
+            kg = k * torch.exp2(torch.clamp(g_last[None, :] - gam, max=0.0))
+            hl.store(kg_rows, [row[:, None], cols[None, :]], kg.to(kg_rows.dtype), extra_mask=in_k)
+            kb = (k * eg * beta[:, None]).to(torch.bfloat16)
+            hl.store(
+                w_rows, [row[:, None], cols[None, :]], _dot32(tinv, kb).to(w_rows.dtype), extra_mask=in_k
             )
-            hl.store(qg_rows, [row[:, None], cols[None, :]], (q * eg * scale).to(qg_rows.dtype),
-                     extra_mask=valid[:, None])  # fmt: skip
     return w_rows
-
-
-def _recompute_u_fn(
-    v_rows: torch.Tensor,  # [T, HV*V] in: v, out: U
-    beta_rows: torch.Tensor,  # [T*HV]
-    spans: torch.Tensor,  # [M, 2] int64
-    chunk_count: torch.Tensor,  # [1] int64: the batch's real chunks (device data)
-    lanes: torch.Tensor,  # [P]: its size is the number of chunk lanes (values unused)
-    tinv_rows: torch.Tensor,  # [T*HV, 64] bf16
-    beta_is_raw: hl.constexpr,
-    HV: hl.constexpr,
-) -> torch.Tensor:
-    """One program per (chunk, value head, V tile): U = Tinv diag(beta) v, written over v (read first)."""
-    P = lanes.size(0)
-    V = hl.specialize(v_rows.size(1)) // HV
-    hl.specialize(v_rows.stride(0))
-    block_v = hl.register_block_size(16, V)
-    for tile_p, tile_h, tile_v in hl.tile([P, HV, V], block_size=[1, 1, block_v]):
-        hv, chunks = tile_h.id, chunk_count[0]
-        for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
-            m, start, end, token, valid, row = _chunk_slots(spans, tile_p, tile_s, P, hv, HV)
-            tinv, beta = _load_tinv_beta(tinv_rows, beta_rows, row, valid, beta_is_raw)
-            v_cols = hv * V + tile_v.index
-            vt = hl.load(v_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
-            u = _dot32(tinv, (vt * beta[:, None]).to(torch.bfloat16))
-            hl.store(v_rows, [token[:, None], v_cols[None, :]], u.to(v_rows.dtype), extra_mask=valid[:, None])
-    return v_rows
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -612,8 +603,7 @@ DEFAULT_CONFIGS: dict[str, dict] = {
     "gate": {"block_sizes": [32, 32], "num_warps": 1, "num_stages": 1, "indexing": "pointer"},  # [K, seq]
     "intra": {"block_sizes": [32], "num_warps": 1, "num_stages": 2, "indexing": "pointer"},  # [K slice]
     "solve": {"block_sizes": [], "num_warps": 2, "num_stages": 1, "indexing": "pointer"},
-    "recompute_wk": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [K tile]
-    "recompute_u": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [V tile]
+    "recompute": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [K, V tile]
     "state": {"block_sizes": [16], "num_warps": 4, "num_stages": 3, "indexing": "pointer"},  # [V tile]
 }
 
@@ -635,8 +625,7 @@ _FNS = {
     "gate": _gate_cumsum_fn,
     "intra": _intra_chunk_fn,
     "solve": _solve_fn,
-    "recompute_wk": _recompute_wk_fn,
-    "recompute_u": _recompute_u_fn,
+    "recompute": _recompute_fn,
     "state": _state_pass_fn,
 }
 _kernels: dict[str, helion.Kernel] = {}  # the configured (explicit or default) kernel of each name
@@ -707,7 +696,7 @@ def reset() -> None:
 
 
 def _kernels_for(bucket: tuned.Bucket | None, device) -> dict[str, helion.Kernel]:
-    """The six kernels for this call: explicit configs, else the shipped tuned ones for the GPU's SKU and
+    """The five kernels for this call: explicit configs, else the shipped tuned ones for the GPU's SKU and
     bucket, else the defaults (one KernelConfigWarning per bucket, from tuned.select_group). Cached per
     bucket: after the first call of a bucket this is one dict lookup (no file access, no host sync)."""
     if bucket is None:  # a pool dtype tuned files do not describe: configured kernels
@@ -1093,11 +1082,10 @@ def chunk_kda(
     kg = torch.empty_like(w)
     qg = torch.empty_like(w)
     decay = torch.empty(slots * HV, K, dtype=torch.float32, device=dev)
-    kernels["recompute_wk"](
-        q_rows, k_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, chunk_count, chunk_lanes, tinv, w, kg, qg,
-        decay, float(scale), raw_beta, HV, group,
+    kernels["recompute"](
+        q_rows, k_rows, v_rows, gcum, beta_rows, rnorm_q, rnorm_k, spans, chunk_count, chunk_lanes, tinv, w,
+        kg, qg, decay, float(scale), raw_beta, HV, group,
     )  # fmt: skip
-    kernels["recompute_u"](v_rows, beta_rows, spans, chunk_count, chunk_lanes, tinv, raw_beta, HV)
 
     has_track = track_state is not None
     if has_track:

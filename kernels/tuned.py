@@ -31,12 +31,12 @@ Version policy (what a file records vs what is installed):
 Environment: KDAKIT_KERNEL_SKU (override the SKU derived from the GPU name), KDAKIT_KERNEL_CONFIG_DIR (read
 configs from another folder), KDAKIT_KERNEL_CONFIGS=default (ignore shipped configs, e.g. to compare).
 
-Prefill: each of its six Helion kernels has its own files (`prefill-gate`, `prefill-intra`, `prefill-solve`,
-`prefill-recompute-wk`, `prefill-recompute-u`, `prefill-state`): they are separate launches with their own
+Prefill: each of its five Helion kernels has its own files (`prefill-gate`, `prefill-intra`, `prefill-solve`,
+`prefill-recompute`, `prefill-state`): they are separate launches with their own
 config spaces and source hashes, so an edit to one kernel stales only its files. Their bucket's size field is
 the total token count (B x T) bucketed to PREFILL_TOKEN_BUCKETS (slug `t<tokens>` instead of `b<batch>`);
-heads, value heads, K, V and the pool dtype must match exactly. `prefill.chunk_kda` selects all six at once
-(`select_group`), so a bucket without configs costs one warning, not six.
+heads, value heads, K, V and the pool dtype must match exactly. `prefill.chunk_kda` selects all five at once
+(`select_group`), so a bucket without configs costs one warning, not five.
 
 A new kernel opts in with a few lines: an entry in KERNEL_FUNCTIONS (and SIZE_BUCKETS if it is not bucketed by
 batch), and `tuned.select(name, Bucket(...), DEFAULT_CONFIG, device)` where it builds its Helion kernel (see
@@ -86,24 +86,22 @@ PREFILL_KERNELS = {
     "prefill-gate": "gate",
     "prefill-intra": "intra",
     "prefill-solve": "solve",
-    "prefill-recompute-wk": "recompute_wk",
-    "prefill-recompute-u": "recompute_u",
+    "prefill-recompute": "recompute",
     "prefill-state": "state",
 }
 _PREFILL_FUNCTIONS = {
     "gate": "_gate_cumsum_fn",
     "intra": "_intra_chunk_fn",
     "solve": "_solve_fn",
-    "recompute_wk": "_recompute_wk_fn",
-    "recompute_u": "_recompute_u_fn",
+    "recompute": "_recompute_fn",
     "state": "_state_pass_fn",
 }
 KERNEL_FUNCTIONS.update(
     {name: f"kdakit.kernels.prefill:{_PREFILL_FUNCTIONS[short]}" for name, short in PREFILL_KERNELS.items()}
 )
-# Prefill's total tokens (B x T) bucket: the grids of all six kernels scale with the chunk count, so the token
-# count is what moves their best config. A prefill uses the smallest bucket >= its tokens, anything above the
-# largest bucket that one.
+# Prefill's total tokens (B x T) bucket: the grids of all five kernels scale with the chunk count, so the
+# token count is what moves their best config. A prefill uses the smallest bucket >= its tokens, anything
+# above the largest bucket that one.
 PREFILL_TOKEN_BUCKETS = tuple(shapes.get("buckets", "prefill_tokens"))
 # The leading size a kernel is bucketed by (decode/verify: requests at SGLang's CUDA graph batch sizes;
 # prefill: total tokens).
@@ -503,7 +501,7 @@ def select(kernel: str, bucket: Bucket, default, device=None):
 
 
 def select_group(group: str, defaults: dict[str, Any], bucket: Bucket, device=None) -> dict[str, Any]:
-    """`select` for the kernels one entry point launches together (prefill's six): {kernel: config}. What
+    """`select` for the kernels one entry point launches together (prefill's five): {kernel: config}. What
     would be one warning per kernel is ONE warning for the group and bucket, listing each kernel's reason and
     the command that tunes the group. Each kernel's selection is cached as `select` caches it."""
     chosen, notices = {}, []

@@ -23,14 +23,14 @@ buckets, verify with the draft tokens):
    When the search finds nothing (or its best disagrees with the default's outputs), the default alone is
    timed and written with chosen "default" and the failure in `tuning.search_error`, so the bucket is not
    lost and the table says what happened.
-Prefill (`--kernels prefill`, or one of prefill-gate, -intra, -solve, -recompute-wk, -recompute-u, -state):
-each of the six kernels is tuned on its own, per total-tokens bucket (`--tokens`, default: the bench's
+Prefill (`--kernels prefill`, or one of prefill-gate, -intra, -solve, -recompute, -state):
+each of the five kernels is tuned on its own, per total-tokens bucket (`--tokens`, default: the bench's
 shapes) and head count. Its real inputs come from running `prefill.chunk_kda` on PR-like inputs
 (H = HV, K = V, bf16, the bounded gate from raw g with A_log/dt_bias, raw beta, q/k L2 norm, varlen
 cu_seqlens, one sequence of the bucket's tokens) and recording the arguments of that kernel's launch (the
 earlier stages run for real). Check: the kernel's outputs under both configs from the same inputs. Timing
 (`prefill_per_call_us`, the same timer): per-call median of a CUDA graph of
-back-to-back calls; where the kernel overwrites an input (recompute-u and the state pass write over v's
+back-to-back calls; where the kernel overwrites an input (recompute and the state pass write over v's
 storage) every call is preceded by an in-graph restore of it and the restore's own graph time is subtracted.
 The state pass is not searched: its module default and `prefill.UNSEARCHED_CANDIDATES` are checked and timed.
 Run it inside the kdakit image on the target GPU (see tuned.py for the version policy at run time).
@@ -83,11 +83,10 @@ PREFILL_OUTPUTS = {  # written only
     "gate": ("gcum_rows", "spans"),
     "intra": ("rnorm_q", "rnorm_k", "akk_rows", "aqk_rows"),
     "solve": ("tinv_rows",),
-    "recompute_wk": ("w_rows", "kg_rows", "qg_rows", "decay_rows"),
-    "recompute_u": (),
+    "recompute": ("w_rows", "kg_rows", "qg_rows", "decay_rows"),
     "state": ("track_rows",),
 }
-PREFILL_INOUT = {"recompute_u": ("v_rows",), "state": ("u_rows", "pool_rows")}  # read, then written
+PREFILL_INOUT = {"recompute": ("v_rows",), "state": ("u_rows", "pool_rows")}  # read, then written
 PREFILL_RESTORED_IN_GRAPH = ("v_rows", "u_rows")  # v's storage: U or o overwrite it
 METHOD = (
     "helion autotune seeded with the module default and its seed configs (CUDA graph benchmarking, pool of "

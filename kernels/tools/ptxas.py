@@ -54,9 +54,8 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
                  True, HV),
         "intra": (q, k, gcum, beta, rn, rn, *chunk, e(rows, 64), act64, scale, True, True, HV, HV // H),
         "solve": (e(rows, 64), *chunk, act64, HV),
-        "recompute_wk": (q, k, gcum, beta, rn, rn, *chunk, act64, *wkq, e(M * HV, K), scale, True, HV,
-                         HV // H),
-        "recompute_u": (v, beta, *chunk, act64, True, HV),
+        "recompute": (q, k, v, gcum, beta, rn, rn, *chunk, act64, *wkq, e(M * HV, K), scale, True, HV,
+                      HV // H),
         "state": (wkq[0], v, *wkq[1:], act64, e(M * HV * K), e(3 * HV * V, K), slot, cu, ends, e(1, K),
                   tracked, lane, seqs, count_range, False, HV),
     }

@@ -185,7 +185,7 @@ def _config_used(result: dict, row: dict, mode: str) -> str:
 
 
 def _prefill_configs_used(result: dict, row: dict, mode: str) -> str:
-    """Which of the six prefill kernels ran a shipped config for this row's token bucket in `mode`."""
+    """Which of the five prefill kernels ran a shipped config for this row's token bucket in `mode`."""
     from kdakit.kernels.tuned import PREFILL_KERNELS, PREFILL_TOKEN_BUCKETS, batch_bucket, slug_of
 
     bucket = _run_bucket(result, lambda: batch_bucket(row["batch"] * row["tokens"], PREFILL_TOKEN_BUCKETS))

@@ -347,6 +347,19 @@ def test_preactivated_gate_post_sigmoid_beta_bf16_pool_negative_slot():
     check(x, out, pool, lower_bound=-5.0, beta_is_raw=False, l2norm=False)
 
 
+@pytest.mark.parametrize("key_dim, value_dim", [(32, 64), (64, 32)])
+def test_key_and_value_widths_that_differ(monkeypatch, key_dim, value_dim):
+    """K != V: `recompute`'s column tiles run to max(K, V) and mask the columns past K or past V (K == V
+    needs no masks); packed q/k/v, so a write past a head's columns would land in its neighbour's."""
+    monkeypatch.setitem(globals(), "K", key_dim)
+    monkeypatch.setitem(globals(), "V", value_dim)
+    x = make([70, 17], seed=8)
+    out, _, pool = run(x, packed=True)
+    qk = torch.cat([x["q"].reshape(87, -1), x["k"].reshape(87, -1)], 1)
+    assert torch.equal(x["qkv"][:, : qk.shape[1]], qk), "q/k columns of the packed buffer were written"
+    check(x, out, pool, lower_bound=-5.0)
+
+
 def test_short_g_or_beta_rejected():
     x = make([10])
     x["g"] = x["g"][:, :9]

@@ -98,7 +98,7 @@ def test_prefill_files_are_per_kernel_named_by_token_bucket_and_validated(tmp_pa
 
 def test_each_prefill_kernel_hashes_its_own_body_and_the_helpers_it_calls():
     hashes = {k: tuned.source_sha256(k) for k in tuned.PREFILL_KERNELS}
-    assert len(set(hashes.values())) == 6
+    assert len(set(hashes.values())) == 5
     solve_helpers = [f.__name__ for f in tuned._helpers(prefill._solve_fn)]
     assert solve_helpers == ["_invert_rows", "_invert_unit_lower_16", "_dot32"]
     assert tuned._helpers(prefill._gate_cumsum_fn) == []
@@ -111,7 +111,7 @@ def test_no_prefill_configs_mean_defaults_and_one_warning_per_bucket_naming_the_
     assert len(caught) == 1
     text = str(caught[0].message)
     assert (
-        "6 of 6 prefill kernels have no usable tuned config for testgpu at h2-hv2-k32-v32-fp32-t4096" in text
+        "5 of 5 prefill kernels have no usable tuned config for testgpu at h2-hv2-k32-v32-fp32-t4096" in text
     )
     assert "kdakit kernels autotune --sku testgpu --kernels prefill --heads 2 --tokens 4096" in text
     assert "make autotune SKU=testgpu AUTOTUNE_KERNELS=prefill" in text
@@ -119,7 +119,7 @@ def test_no_prefill_configs_mean_defaults_and_one_warning_per_bucket_naming_the_
     _, caught = config_warnings(lambda: _select(SMALL._replace(batch=8192)))
     assert len(caught) == 1 and "t8192" in str(caught[0].message)  # another bucket warns once more
     rows = tuned.active()
-    assert len(rows) == 12 and {r["source"] for r in rows} == {"default"}
+    assert len(rows) == 10 and {r["source"] for r in rows} == {"default"}
 
 
 def test_a_shipped_prefill_config_is_used_for_its_kernel_and_bucket_only():
@@ -127,8 +127,8 @@ def test_a_shipped_prefill_config_is_used_for_its_kernel_and_bucket_only():
     kernels, caught = config_warnings(_select)
     assert _config_of(kernels["intra"]) == INTRA and kernels["intra"] is not prefill._kernels["intra"]
     assert all(kernels[n] is prefill._kernels[n] for n in prefill._FNS if n != "intra")
-    [warning] = caught  # the five kernels without a file still say so, once
-    assert "5 of 6 prefill kernels" in str(warning.message) and "prefill-intra" not in str(warning.message)
+    [warning] = caught  # the four kernels without a file still say so, once
+    assert "4 of 5 prefill kernels" in str(warning.message) and "prefill-intra" not in str(warning.message)
     active = {r["kernel"]: r for r in tuned.active()}
     assert active["prefill-intra"]["source"] == "shipped" and active["prefill-intra"]["path"] == str(path)
     assert active["prefill-intra"]["bucket"] == "h2-hv2-k32-v32-fp32-t4096"
@@ -177,7 +177,7 @@ def test_a_prefill_config_tuned_with_another_triton_is_used_and_flagged_once():
     assert _config_of(kernels[0]["state"]) == STATE
     [warning] = caught
     text = str(warning.message)
-    assert "6 tuned config(s) used anyway" in text and "tuned with triton 3.6.0" in text
+    assert "5 tuned config(s) used anyway" in text and "tuned with triton 3.6.0" in text
     assert "--kernels prefill --heads 2 --tokens 4096" in text
     assert {r["source"] for r in tuned.active()} == {"shipped"}
 
@@ -189,7 +189,7 @@ def test_configure_and_the_env_variable_win_over_shipped_configs(monkeypatch):
     kernels, caught = config_warnings(_select)
     assert _config_of(kernels["intra"]) == explicit
     [warning] = caught  # the explicit kernel is neither selected nor reported missing
-    assert "5 of 5 prefill kernels" in str(warning.message) and "prefill-intra" not in str(warning.message)
+    assert "4 of 4 prefill kernels" in str(warning.message) and "prefill-intra" not in str(warning.message)
     assert {r["kernel"]: r["source"] for r in tuned.active()}["prefill-intra"] == "explicit"
     prefill.configure({})  # back to selection: the shipped file
     assert _config_of(_select()["intra"]) == INTRA
@@ -303,8 +303,8 @@ def test_autotune_plans_every_prefill_kernel_per_head_count_and_token_bucket(cap
         for kernel in tuned.PREFILL_KERNELS
         for tokens in (4096, 16384)
     ]
-    assert str(tmp_path / "h200" / "prefill-recompute-wk-h16-hv16-k128-v128-fp32-t16384.json") in out
-    assert "12 kernel/bucket tunes" in out and not any(tmp_path.iterdir())
+    assert str(tmp_path / "h200" / "prefill-recompute-h16-hv16-k128-v128-fp32-t16384.json") in out
+    assert "10 kernel/bucket tunes" in out and not any(tmp_path.iterdir())
 
 
 def test_autotune_names_single_prefill_kernels_and_rejects_other_token_sizes(capsys):

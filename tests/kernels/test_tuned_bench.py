@@ -93,7 +93,7 @@ def _result(with_default_arm: bool = True) -> dict:
                         "mode": "shipped",
                         "reason": "",
                     }
-                    for name in ("gate", "intra", "solve", "recompute-wk", "recompute-u", "state")
+                    for name in ("gate", "intra", "solve", "recompute", "state")
                 ],
             ],
         },  # fmt: skip
@@ -120,7 +120,7 @@ def test_the_table_shows_shipped_and_default_configs_side_by_side():
     ]  # fmt: skip
     assert _cells(section, "| prefill | 2 × 4096 |") == [
         "prefill", "2 × 4096", "463.50", "470.00", "-1.4 %",
-        "shipped 5 of 6 at h16-hv16-k128-v128-fp32-t8192: gate, intra, recompute-u, recompute-wk, solve",
+        "shipped 4 of 5 at h16-hv16-k128-v128-fp32-t8192: gate, intra, recompute, solve",
     ]  # fmt: skip
     # the decode paths table carries the default-config arm too, with kdakit's change against it
     assert "| kdakit Helion, default configs | 29.00 (-3.4 %) |" in printed
