@@ -680,7 +680,7 @@ def test_autotune_dry_run_prints_the_plan_and_budget(capsys, tmp_path):
     ]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    # decode and verify-chain: 2 heads x 9 batch buckets each; prefill: 6 kernels x 2 heads x 2 token buckets
+    # decode and verify-chain: 2 heads x 9 batch buckets each; prefill: 5 kernels x 2 heads x 2 token buckets
     assert "56 kernel/bucket tunes x 30 s search budget (effort quick)" in out and "up to 28 min" in out
     assert str(tmp_path / "h200" / "decode-h16-hv16-k128-v128-fp32-b48.json") in out
     assert str(tmp_path / "h200" / "verify-chain-h8-hv8-k128-v128-fp32-b1.json") in out
