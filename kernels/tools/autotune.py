@@ -660,6 +660,11 @@ def _config_dict(cfg) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ the command
+def _written(r: JobResult) -> str:
+    """The config written: its name, with its time when it is a seed (the table has no column for it)."""
+    return f"{r.chosen} {r.chosen_us:.2f} us" if r.chosen.startswith("seed") else r.chosen
+
+
 def status_line(r: JobResult) -> str:
     """One line per finished bucket for the progress log."""
     if r.error:
@@ -667,9 +672,11 @@ def status_line(r: JobResult) -> str:
     if r.search_error:
         return (
             f"search gave nothing usable ({r.search_error}); default {r.default_us:.2f} us, "
-            f"{r.chosen} written"
+            f"{_written(r)} written"
         )
-    return f"default {r.default_us:.2f} us, tuned {r.tuned_us:.2f} us -> {r.chosen}"
+    if r.tuned_us is None:  # a kernel Helion does not search (the state pass): the default against its seeds
+        return f"not searched; default {r.default_us:.2f} us, {_written(r)} written"
+    return f"default {r.default_us:.2f} us, tuned {r.tuned_us:.2f} us -> {_written(r)}"
 
 
 def render(results: list[JobResult]) -> str:
@@ -681,12 +688,10 @@ def render(results: list[JobResult]) -> str:
         if r.error:
             lines.append(f"{head} FAILED, no file: {r.error}")
             continue
-        written = f"{r.chosen} {r.chosen_us:.2f} us" if r.chosen.startswith("seed") else r.chosen
+        written = _written(r)
         if r.tuned_us is None:
-            lines.append(
-                f"{head} {r.default_us:10.2f} {'-':>9} {'-':>7}  {written} (SEARCH FAILED: {r.search_error}) "
-                f"-> {r.path}"
-            )
+            why = f"SEARCH FAILED: {r.search_error}" if r.search_error else "not searched"
+            lines.append(f"{head} {r.default_us:10.2f} {'-':>9} {'-':>7}  {written} ({why}) -> {r.path}")
             continue
         change = (r.tuned_us / r.default_us - 1) * 100 if r.default_us else float("nan")
         lines.append(f"{head} {r.default_us:10.2f} {r.tuned_us:9.2f} {change:+6.1f}%  {written} -> {r.path}")

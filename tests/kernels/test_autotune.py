@@ -745,3 +745,22 @@ def test_autotune_one_decode_bucket_on_the_gpu_and_run_it(tmp_path, monkeypatch,
     assert caught == [] and tuned.active()[0]["source"] == "shipped"
     assert torch.allclose(out.double().cpu(), ref_out, atol=2e-2, rtol=2e-2)
     assert torch.allclose(state.double().cpu(), ref_pool, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("chosen, chosen_us", [("default", 80.0), ("seed 1", 75.5)])
+def test_an_unsearched_bucket_reports_its_default_and_the_config_written(tmp_path, chosen, chosen_us):
+    """A kernel Helion does not search (the state pass: its default against the seeds) has no searched time:
+    the progress line and the table say so and name what was written, and the run goes on to the next
+    bucket."""
+    result = autotune.JobResult(
+        autotune.Job("prefill-state", Bucket(16, 16, 128, 128, "fp32", 512)), default_us=80.0, tuned_us=None,
+        chosen=chosen, chosen_us=chosen_us, path=tmp_path / "x.json",
+    )  # fmt: skip
+    line = autotune.status_line(result)
+    assert line.startswith("not searched; default 80.00 us") and "SEARCH FAILED" not in line
+    table = autotune.render([result])
+    assert "(not searched)" in table and "SEARCH FAILED" not in table and "80.00" in table
+    if chosen.startswith("seed"):
+        assert "seed 1 75.50 us" in line and "seed 1 75.50 us" in table
+    else:
+        assert line.endswith("default written")
