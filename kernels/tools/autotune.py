@@ -559,6 +559,12 @@ def run_job(
         except Exception as exc:
             result.search_error = f"{type(exc).__name__}: {exc}"[:300]
         search_s = time.monotonic() - search_started
+        if result.search_error and search_s >= budget_s:
+            # Helion returns its best-so-far when the budget ends: nothing, if no candidate had compiled
+            result.search_error = (
+                f"nothing within the {budget_s}-s budget (the search took {search_s:.0f} s; a larger "
+                f"--budget-seconds may find a config): {result.search_error}"
+            )[:300]
         kernels = {
             name: helion.kernel(problem.fn, static_shapes=False, config=cfg, **problem.settings)
             for name, cfg in candidates.items()

@@ -5,6 +5,7 @@ fallback warning, stale-config rejection, the selftest rows, `kdakit kernels aut
 from __future__ import annotations
 
 import json
+import time
 
 import helion
 import pytest
@@ -764,3 +765,33 @@ def test_an_unsearched_bucket_reports_its_default_and_the_config_written(tmp_pat
         assert "seed 1 75.50 us" in line and "seed 1 75.50 us" in table
     else:
         assert line.endswith("default written")
+
+
+def test_a_search_that_outlasts_its_budget_empty_handed_says_to_raise_the_budget(interp, tmp_path, no_seeds):
+    """Helion ends a search at its budget with its best so far, which is nothing when no candidate compiled
+    in time: the file, the progress line and the table say the budget was too short, not only NoConfigFound;
+    a search that fails fast names no budget."""
+
+    def searches_past_the_budget(*_, **__):
+        time.sleep(1.05)
+        raise helion.exc.NoConfigFound()
+
+    def fails_at_once(*_, **__):
+        raise helion.exc.NoConfigFound()
+
+    job = autotune.Job("decode", Bucket(2, 2, 32, 32, "fp32", 2))
+    common = dict(sku=SKU, gpu_name="x", effort="quick", device="cpu", pool_slots=8, slot_sets=_two_sets)
+    slow = autotune.run_job(
+        job, out_dir=tmp_path / "slow", budget_s=1, autotune=searches_past_the_budget,
+        time_us=_fake_timer(iter([9.0]), []), **common,
+    )  # fmt: skip
+    assert slow.error is None and slow.chosen == "default"
+    assert slow.search_error.startswith("nothing within the 1-s budget (the search took 1 s")
+    assert "--budget-seconds may find a config): NoConfigFound" in slow.search_error
+    assert tuned.load_file(slow.path).tuning["search_error"] == slow.search_error
+    assert "--budget-seconds" in autotune.status_line(slow) and "--budget-seconds" in autotune.render([slow])
+    fast = autotune.run_job(
+        job, out_dir=tmp_path / "fast", budget_s=5, autotune=fails_at_once,
+        time_us=_fake_timer(iter([9.0]), []), **common,
+    )  # fmt: skip
+    assert fast.search_error.startswith("NoConfigFound") and "budget" not in fast.search_error
