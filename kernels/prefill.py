@@ -621,6 +621,19 @@ UNSEARCHED_CANDIDATES: dict[str, list[dict]] = {
     ]
 }
 
+# Configs `kdakit kernels autotune` seeds into Helion's search of a kernel and times beside its result, so
+# that they are measured even where the search ends before reaching them. The grid's order: by default the
+# chunk lane varies fastest, so the programs that read the same chunk rows (intra's four row blocks,
+# recompute's column tiles) start P x HV programs apart; these orders start them side by side (a
+# loop_orders entry lists the grid's dims fastest first: chunk lane 0, value head 1, block or tile 2).
+SEARCH_SEEDS: dict[str, list[dict]] = {
+    name: [{**DEFAULT_CONFIGS[name], "loop_orders": [order]} for order in orders]
+    for name, orders in {
+        "intra": ([1, 2, 0], [2, 1, 0], [2, 0, 1]),
+        "recompute": ([1, 2, 0], [2, 1, 0]),
+    }.items()
+}
+
 _FNS = {
     "gate": _gate_cumsum_fn,
     "intra": _intra_chunk_fn,

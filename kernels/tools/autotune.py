@@ -33,6 +33,7 @@ earlier stages run for real). Check: the kernel's outputs under both configs fro
 back-to-back calls; where the kernel overwrites an input (recompute and the state pass write over v's
 storage) every call is preceded by an in-graph restore of it and the restore's own graph time is subtracted.
 The state pass is not searched: its module default and `prefill.UNSEARCHED_CANDIDATES` are checked and timed.
+`prefill.SEARCH_SEEDS` are seeded into the other kernels' searches and timed beside their results.
 Run it inside the kdakit image on the target GPU (see tuned.py for the version policy at run time).
 """
 
@@ -402,10 +403,11 @@ def prefill_problem(job: Job, device, time_us) -> Problem:
 
     default = helion.Config(**prefill.DEFAULT_CONFIGS[short])
     unsearched = prefill.UNSEARCHED_CANDIDATES.get(short)
+    seeds = unsearched if unsearched is not None else prefill.SEARCH_SEEDS.get(short, ())
     return Problem(
         prefill._FNS[short], default, args, outputs + inout, outputs + inout, time, search_args,
         settings={"ignore_warnings": prefill._IGNORED},
-        seeds=[helion.Config(**c) for c in unsearched or ()], searched=unsearched is None,
+        seeds=[helion.Config(**c) for c in seeds], searched=unsearched is None,
         baseline=prefill._kernel(short, prefill.DEFAULT_CONFIGS[short]),
         tuning={"method": PREFILL_METHOD, "sequence_lengths": lens, "pool_slots": PREFILL_SLOTS},
     )  # fmt: skip

@@ -344,6 +344,8 @@ def test_a_prefill_autotune_job_records_real_inputs_checks_times_and_writes(inte
     sequence lengths it was tuned at."""
     kernel, searched, restores = "prefill-intra", INTRA, False
     short = tuned.PREFILL_KERNELS[kernel]
+    seed = prefill.SEARCH_SEEDS[short][0]  # one of the module's seeds (each costs an interpreter run)
+    monkeypatch.setitem(prefill.SEARCH_SEEDS, short, [seed])
     searches, timed = [], []
 
     def fake_search(fn, args, budget, effort, seeds, settings):
@@ -353,11 +355,12 @@ def test_a_prefill_autotune_job_records_real_inputs_checks_times_and_writes(inte
     result = autotune.run_job(
         _prefill_job(kernel, monkeypatch), sku=SKU, gpu_name="NVIDIA TestGPU", out_dir=tmp_path, budget_s=5,
         effort="quick", device="cpu", autotune=fake_search,
-        prefill_time_us=_fake_prefill_timer(iter([10.0, 7.5]), timed),
+        prefill_time_us=_fake_prefill_timer(iter([10.0, 12.0, 7.5]), timed),
     )  # fmt: skip
     assert result.error is None and result.search_error is None, (result.error, result.search_error)
     [(fn, args, seeds, settings)] = searches
-    assert fn is prefill._FNS[short] and seeds == [helion.Config(**prefill.DEFAULT_CONFIGS[short])]
+    assert fn is prefill._FNS[short]
+    assert seeds == [helion.Config(**prefill.DEFAULT_CONFIGS[short]), helion.Config(**seed)]
     # the search checks candidates against the module default's results (Helion's own default is a 4-warp
     # build, which the state pass cannot run on the H200) and holds the fields the module fixes for this
     # kernel; Helion deep-copies its settings, so nothing in them may hold a kernel that has run
@@ -377,15 +380,41 @@ def test_a_prefill_autotune_job_records_real_inputs_checks_times_and_writes(inte
     names = list(__import__("inspect").signature(fn).parameters)
     real = dict(zip(names, args, strict=True))
     assert real["q_rows"].shape == (100, 2 * 32) and real["spans"].shape[1] == 2
-    assert timed == [restores, restores]
+    assert timed == [restores] * 3  # default, the seed, the search's config
     assert (result.default_us, result.tuned_us, result.chosen) == (10.0, 7.5, "autotuned")
     loaded = tuned.load_file(result.path)
+    [timed_seed] = loaded.tuning["seeds"]
+    assert timed_seed["per_call_us"] == 12.0 and timed_seed["error"] is None
+    assert timed_seed["config"]["loop_orders"] == seed["loop_orders"]
     assert result.path.name == f"{kernel}-h2-hv2-k32-v32-fp32-t4096.json"
     assert loaded.config == searched and loaded.source_sha256 == tuned.source_sha256(kernel)
     assert (
         loaded.tuning["sequence_lengths"] == [70, 30] and loaded.tuning["method"] == autotune.PREFILL_METHOD
     )
     assert "draft_tokens" not in loaded.tuning
+
+
+def test_the_search_seeds_are_valid_on_cuda_and_inside_helions_search_space(monkeypatch):
+    """Each prefill seed must pass Helion's CUDA-only config rules (the CPU tests do not apply them) and lie
+    in the search's space (a seed outside it would stop the search, so autotune leaves it out of the search
+    and only times it); the seeds change only the grid's order, so they cannot change a result."""
+    import helion._compat
+    import helion.autotuner.config_spec
+    from kdakit.kernels.tools import ptxas
+
+    monkeypatch.setattr(helion._compat, "_supports_maxnreg", lambda: True)
+    monkeypatch.setattr(helion.autotuner.config_spec, "_regs_per_block", lambda: 65536)
+    args = ptxas.example_args()
+    assert set(prefill.SEARCH_SEEDS) <= set(prefill._FNS) - set(prefill.UNSEARCHED_CANDIDATES)
+    for name, seeds in prefill.SEARCH_SEEDS.items():
+        assert seeds, name
+        configs = [helion.Config(**c) for c in seeds]
+        spec = helion.kernel(prefill._FNS[name], static_shapes=False).bind(args[name]).config_spec
+        for seed in seeds:
+            assert {k: v for k, v in seed.items() if k != "loop_orders"} == prefill.DEFAULT_CONFIGS[name]
+            spec.normalize(helion.Config(**seed))  # raises helion.exc.InvalidConfig
+        kept = autotune.searchable_seeds(prefill._FNS[name], args[name], configs)
+        assert kept == configs, name
 
 
 def test_the_state_pass_is_not_searched_its_candidates_are_checked_and_timed(interp, tmp_path, monkeypatch):
