@@ -19,9 +19,19 @@ from tests.infra import images
 SECRET_NAMES = (access.API_KEY_ENV, access.ADMIN_API_KEY_ENV, "HF_TOKEN")
 
 
+def files_under(root: Path) -> list[Path]:
+    """Every file under root (links not followed). A run writes while a test walks its folders (a collect
+    stages and removes a folder within one step): os.walk skips a folder that vanished, where Path.rglob
+    raises FileNotFoundError and ends the test."""
+    found = []
+    for folder, _, names in os.walk(root):
+        found += [Path(folder) / name for name in names]
+    return sorted(p for p in found if p.is_file() and not p.is_symlink())
+
+
 def env_files(root: Path) -> list[Path]:
     """The 0600 env files under root: the only files a secret may be in."""
-    return sorted(p for p in Path(root).rglob("*.env") if p.parent.name == "state" and p.is_file())
+    return [p for p in files_under(root) if p.name.endswith(".env") and p.parent.name == "state"]
 
 
 class Ledger:
@@ -30,7 +40,7 @@ class Ledger:
 
     def note(self, *roots: Path) -> None:
         for root in roots:
-            for env in env_files(root) if Path(root).exists() else []:
+            for env in env_files(root):
                 try:
                     values = access.parse_env_text(env.read_text())
                 except OSError:
@@ -48,8 +58,8 @@ class Ledger:
             if not root.exists():
                 continue
             allowed = set(env_files(root))
-            for path in sorted(root.rglob("*")):
-                if path in allowed or path.is_symlink() or not path.is_file():
+            for path in files_under(root):
+                if path in allowed:
                     continue
                 try:
                     data = path.read_bytes()
@@ -65,7 +75,7 @@ class Ledger:
         """Fails naming every leaking file; returns how many files were read (for the test's log line)."""
         leaks = self.leaks(*roots)
         assert not leaks, "a run's secret outside its env file:\n" + "\n".join(leaks)
-        return sum(1 for r in roots if Path(r).exists() for p in Path(r).rglob("*") if p.is_file())
+        return sum(len(files_under(r)) for r in roots)
 
 
 def check_run_roots(ledger: Ledger, *roots: Path) -> None:
