@@ -29,9 +29,14 @@ def files_under(root: Path) -> list[Path]:
     return sorted(p for p in found if p.is_file() and not p.is_symlink())
 
 
+def is_env_file(path: Path) -> bool:
+    """A run's 0600 env file (`state/*.env`): the only file a secret may be in."""
+    return path.name.endswith(".env") and path.parent.name == "state"
+
+
 def env_files(root: Path) -> list[Path]:
-    """The 0600 env files under root: the only files a secret may be in."""
-    return [p for p in files_under(root) if p.name.endswith(".env") and p.parent.name == "state"]
+    """The env files under root."""
+    return [p for p in files_under(root) if is_env_file(p)]
 
 
 class Ledger:
@@ -54,12 +59,8 @@ class Ledger:
         found = []
         encoded = {s.encode(): where for s, where in self.secrets.items()}
         for root in roots:
-            root = Path(root)
-            if not root.exists():
-                continue
-            allowed = set(env_files(root))
             for path in files_under(root):
-                if path in allowed:
+                if is_env_file(path):
                     continue
                 try:
                     data = path.read_bytes()

@@ -30,3 +30,13 @@ def config_warnings(fn):
         warnings.simplefilter("always")
         result = fn()
     return result, [w for w in caught if issubclass(w.category, KernelConfigWarning)]
+
+
+def apply_cuda_config_rules(monkeypatch) -> None:
+    """Helion's CUDA-only config rules (a register cap only on a persistent grid, the register file) on the
+    CPU, with an H200's 64 K registers a block: Helion applies them only where CUDA is available."""
+    import helion._compat
+    import helion.autotuner.config_spec
+
+    monkeypatch.setattr(helion._compat, "_supports_maxnreg", lambda: True)
+    monkeypatch.setattr(helion.autotuner.config_spec, "_regs_per_block", lambda: 65536)

@@ -20,7 +20,7 @@ from kdakit.kernels.tuned import Bucket, KernelConfigWarning, TunedConfig
 
 from kdakit.checks import selftest
 from kdakit.cli import main
-from tests.kernels.kernel_configs import config_warnings, tuned_record
+from tests.kernels.kernel_configs import apply_cuda_config_rules, config_warnings, tuned_record
 
 SKU = "testgpu"
 SMALL = Bucket(2, 4, 32, 32, "fp32", 4)  # decode/verify at B = 3 or 4 with H = 2, HV = 4, K = V = 32
@@ -512,11 +512,7 @@ def test_every_module_config_and_seed_is_valid_on_cuda(monkeypatch):
     """Helion applies its CUDA-only config rules (e.g. a register cap only on a persistent grid) only where
     CUDA is available, so a config that passes every CPU test can be refused on the GPU: three verify seeds
     were, on the H200. Here those rules run on the CPU, with an H200's register file."""
-    import helion._compat
-    import helion.autotuner.config_spec
-
-    monkeypatch.setattr(helion._compat, "_supports_maxnreg", lambda: True)
-    monkeypatch.setattr(helion.autotuner.config_spec, "_regs_per_block", lambda: 65536)
+    apply_cuda_config_rules(monkeypatch)
     configs = {
         "decode": [*kd.DECODE_CONFIGS.values(), *(s for seeds in kd.DECODE_SEEDS.values() for s in seeds)],
         "chain": [kv.VERIFY_CONFIGS["chain"], *kv.VERIFY_SEEDS["chain"]],

@@ -20,7 +20,7 @@ from kdakit.kernels.tools.testing import interpreter
 from kdakit.kernels.tuned import Bucket, TunedConfig
 
 from kdakit.cli import main
-from tests.kernels.kernel_configs import config_warnings, tuned_record
+from tests.kernels.kernel_configs import apply_cuda_config_rules, config_warnings, tuned_record
 
 SKU = "testgpu"
 SMALL = Bucket(2, 2, 32, 32, "fp32", 4096)  # H = HV = 2, K = V = 32, up to 4096 tokens
@@ -398,12 +398,9 @@ def test_the_search_seeds_are_valid_on_cuda_and_inside_helions_search_space(monk
     """Each prefill seed must pass Helion's CUDA-only config rules (the CPU tests do not apply them) and lie
     in the search's space (a seed outside it would stop the search, so autotune leaves it out of the search
     and only times it); the seeds change only the grid's order, so they cannot change a result."""
-    import helion._compat
-    import helion.autotuner.config_spec
     from kdakit.kernels.tools import ptxas
 
-    monkeypatch.setattr(helion._compat, "_supports_maxnreg", lambda: True)
-    monkeypatch.setattr(helion.autotuner.config_spec, "_regs_per_block", lambda: 65536)
+    apply_cuda_config_rules(monkeypatch)
     args = ptxas.example_args()
     assert set(prefill.SEARCH_SEEDS) <= set(prefill._FNS) - set(prefill.UNSEARCHED_CANDIDATES)
     for name, seeds in prefill.SEARCH_SEEDS.items():
