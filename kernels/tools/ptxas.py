@@ -5,12 +5,17 @@ the bundled ptxas reports registers, spills and shared memory, so a config that 
 an SM) shows here before any GPU time is spent on it. It says nothing about time: `kdakit kernels bench`
 and `kdakit kernels autotune` measure that on a GPU.
 
-    python -m kdakit.kernels.tools.ptxas [--configs '{"state": {...}}']
+    python -m kdakit.kernels.tools.ptxas [--configs '{"state": {...}}'] [--loops]
+
+`--loops` adds each kernel's SASS size and its innermost tensor-core loop: a step's instructions, its dots and
+the waits on them, its async copies. `compile_for_hopper`, `report` and `loop_report` take a `module`, so a
+variant of kernels/prefill.py (same kernel registry) compiles the same way.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib.util
 import inspect
 import json
@@ -100,18 +105,21 @@ def _host_constexprs(jit, code: str) -> dict[str, int]:
     return values
 
 
-def report(name: str, args: tuple, workdir: str) -> str:
-    kernel = prefill._kernels[name]
-    config = kernel.configs[0]
-    code = kernel.bind(args).to_triton_code(config)
+def compile_for_hopper(name: str, args: tuple, workdir: str, module=None):
+    """Helion's Triton code for the kernel's configured block sizes, compiled for sm_90a with the launcher's
+    specializations. `module`: a prefill module with kdakit's kernel registry (default: kdakit's own; a
+    variant module of the same layout compiles the same way). Returns Triton's compiled kernel."""
+    module = module or prefill
+    config = module._kernels[name].configs[0]
+    code = module._kernels[name].bind(args).to_triton_code(config)
     path = os.path.join(workdir, f"{name}.py")
     with open(path, "w") as f:
         f.write(code)
     spec = importlib.util.spec_from_file_location(f"kdakit_ptxas_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    jit = next(v for k, v in vars(module).items() if k.startswith("_helion_") and hasattr(v, "arg_names"))
-    params = list(inspect.signature(prefill._FNS[name]).parameters)
+    generated = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generated)
+    jit = next(v for k, v in vars(generated).items() if k.startswith("_helion_") and hasattr(v, "arg_names"))
+    params = list(inspect.signature(module._FNS[name]).parameters)
     tensors = {p: a for p, a in zip(params, args, strict=False) if isinstance(a, torch.Tensor)}
     floats = {p for p, a in zip(params, args, strict=False) if isinstance(a, float)}
     signature = {
@@ -123,31 +131,93 @@ def report(name: str, args: tuple, workdir: str) -> str:
     for arg in constants:
         signature[arg] = "constexpr"
     warps, stages = config.config.get("num_warps", 4), config.config.get("num_stages", 1)
-    compiled = triton.compile(
+    return triton.compile(
         ASTSource(jit, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
         options={"num_warps": warps, "num_stages": stages},
     )  # fmt: skip
+
+
+def _tool(name: str) -> str:
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def report(name: str, args: tuple, workdir: str, module=None) -> str:
+    compiled = compile_for_hopper(name, args, workdir, module)
     ptx = os.path.join(workdir, f"{name}.ptx")
     with open(ptx, "w") as f:
         f.write(compiled.asm["ptx"])
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
-    out = subprocess.run([ptxas, "-arch=sm_90a", "-v", ptx, "-o", os.devnull], capture_output=True, text=True)
+    command = [_tool("ptxas"), "-arch=sm_90a", "-v", ptx, "-o", os.devnull]
+    out = subprocess.run(command, capture_output=True, text=True)
     usage = " ".join(
         line.split("info    :")[-1].strip()
         for line in out.stderr.splitlines()
         if "registers" in line or "spill" in line
     )
+    warps, stages = compiled.metadata.num_warps, compiled.metadata.num_stages
     return f"{name:10s} warps={warps} stages={stages} smem={compiled.metadata.shared} | {usage}"
+
+
+def sass(name: str, args: tuple, workdir: str, module=None) -> str:
+    """The kernel's SASS for sm_90a, as nvdisasm prints it."""
+    cubin = os.path.join(workdir, f"{name}.cubin")
+    with open(cubin, "wb") as f:
+        f.write(compile_for_hopper(name, args, workdir, module).asm["cubin"])
+    return subprocess.run([_tool("nvdisasm"), "-c", cubin], capture_output=True, text=True, check=True).stdout
+
+
+def dot_loop(listing: str) -> tuple[list[str] | None, int]:
+    """The innermost loop of a SASS listing that issues tensor-core instructions (HGMMA, or HMMA for
+    mma.sync; None if no loop does) and the listing's instruction count. A loop is a label and a later
+    branch back to it; what a step of a kernel's main loop costs is read off its body."""
+    labels: dict[str, int] = {}
+    instructions: list[str] = []
+    for line in listing.splitlines():
+        label = re.match(r"\s*\.L_x_(\d+):", line)
+        if label:
+            labels[label.group(1)] = len(instructions)
+            continue
+        instruction = re.search(r"/\*[0-9a-f]+\*/\s+(.*?)\s*;", line)
+        if instruction:
+            instructions.append(instruction.group(1))
+    loops = []
+    for end, text in enumerate(instructions):
+        branch = re.search(r"\bBRA\b.*\.L_x_(\d+)", text)
+        if branch and labels.get(branch.group(1), end + 1) <= end:
+            body = instructions[labels[branch.group(1)] : end + 1]
+            if any(re.search(r"\b(HGMMA|HMMA)\.", i) for i in body):
+                loops.append(body)
+    return min(loops, key=len, default=None), len(instructions)
+
+
+def opcodes(instructions: list[str]) -> collections.Counter:
+    """Opcode counts (the mnemonic before its first dot; predicates dropped)."""
+    return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for i in instructions)
+
+
+def loop_report(name: str, args: tuple, workdir: str, module=None) -> str:
+    body, total = dot_loop(sass(name, args, workdir, module))
+    if body is None:
+        return f"{name:10s} {total} instructions; no loop with tensor-core instructions"
+    counts = opcodes(body)
+    waits = sum(1 for i in body if i.startswith("WARPGROUP.DEPBAR"))
+    return (
+        f"{name:10s} {total} instructions; dot loop {len(body)}: HGMMA {counts['HGMMA']}, "
+        f"HMMA {counts['HMMA']}, wgmma waits {waits}, LDGSTS {counts['LDGSTS']}, "
+        f"spills {counts['LDL'] + counts['STL']}"
+    )
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--configs", default="{}", help="JSON {kernel: config} overriding the defaults")
+    ap.add_argument("--loops", action="store_true", help="also each kernel's SASS and its dot loop's counts")
     args = ap.parse_args(argv)
     prefill.configure(json.loads(args.configs))
     with tempfile.TemporaryDirectory() as workdir:
         for name, kernel_args in example_args().items():
             print(report(name, kernel_args, workdir), flush=True)
+            if args.loops:
+                print(loop_report(name, kernel_args, workdir), flush=True)
     return 0
 
 

@@ -53,3 +53,41 @@ def test_a_kernel_with_reduction_constexprs_compiles_for_hopper():
     with tempfile.TemporaryDirectory() as workdir:
         line = P.report("intra", P.example_args()["intra"], workdir)
     assert line.startswith("intra") and "registers" in line and "smem=" in line
+
+
+_LISTING = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_0:
+        /*0010*/                   LDGSTS.E.BYPASS.128 [R2], desc[UR4][R4.64] ;
+.L_x_1:
+        /*0020*/                   WARPGROUP.ARRIVE ;
+        /*0030*/                   HGMMA.64x16x16.F32.BF16 R24, gdesc[UR8], R24 ;
+        /*0040*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0050*/              @P0  BRA `(.L_x_1) ;
+        /*0060*/                   IADD3 R3, R3, 0x1, RZ ;
+        /*0070*/              @P1  BRA `(.L_x_0) ;
+.L_x_2:
+        /*0080*/                   FADD R5, R5, R6 ;
+        /*0090*/              @P2  BRA `(.L_x_2) ;
+        /*00a0*/                   BRA `(.L_x_3) ;
+.L_x_3:
+        /*00b0*/                   EXIT ;
+"""
+
+
+def test_dot_loop_is_the_innermost_loop_that_issues_tensor_core_instructions():
+    body, total = P.dot_loop(_LISTING)
+    assert total == 12
+    assert body == ["WARPGROUP.ARRIVE", "HGMMA.64x16x16.F32.BF16 R24, gdesc[UR8], R24",
+                    "WARPGROUP.DEPBAR.LE gsb0, 0x0", "@P0  BRA `(.L_x_1)"]  # fmt: skip
+    assert P.opcodes(body) == {"WARPGROUP": 2, "HGMMA": 1, "BRA": 1}
+    assert P.dot_loop(_LISTING.replace("HGMMA", "FFMA"))[0] is None, "a loop without dots is no dot loop"
+
+
+def test_state_pass_step_waits_once_on_each_of_its_dots():
+    """The state pass's token loop issues its dots as wgmma and waits on each once; a wait per k-step or a
+    dot left outside the loop shows here as another count."""
+    dots = inspect.getsource(prefill._state_pass_fn).count("_dot32(")
+    with tempfile.TemporaryDirectory() as workdir:
+        line = P.loop_report("state", P.example_args()["state"], workdir)
+    assert f"wgmma waits {dots}," in line and "spills 0" in line, line
