@@ -4,7 +4,9 @@ fallback warning, stale-config rejection, the selftest rows, `kdakit kernels aut
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 import time
 
 import helion
@@ -791,3 +793,26 @@ def test_a_search_that_outlasts_its_budget_empty_handed_says_to_raise_the_budget
         time_us=_fake_timer(iter([9.0]), []), **common,
     )  # fmt: skip
     assert fast.search_error.startswith("NoConfigFound") and "budget" not in fast.search_error
+
+
+def _stored_parameters(fn, module) -> set[str]:
+    """Names of the tensors a prefill kernel stores into: `hl.store(name, ...)` in its body and in the
+    module's helpers it calls (they take the kernel's tensors under the same names)."""
+    source = inspect.getsource(fn)
+    helpers = {name for name in re.findall(r"\b(_\w+)\(", source) if callable(getattr(module, name, None))}
+    sources = [source] + [inspect.getsource(getattr(module, name)) for name in helpers - {fn.__name__}]
+    return {name for text in sources for name in re.findall(r"hl\.store\(\s*(\w+)", text)}
+
+
+def test_prefill_search_zeroes_or_restores_exactly_what_each_kernel_writes():
+    """The prefill search checks each config against the default on the tensors a kernel writes, zeroed or
+    restored between runs; a kernel that gains an output (or renames one) must be listed, or the search
+    compares stale memory (or stops on a missing name, on the GPU)."""
+    from kdakit.kernels import prefill
+
+    for short, fn in prefill._FNS.items():
+        listed = set(autotune.PREFILL_OUTPUTS[short]) | set(autotune.PREFILL_INOUT.get(short, ()))
+        assert listed == _stored_parameters(fn, prefill), short
+        assert listed <= set(inspect.signature(fn).parameters), short
+    restored = {n for names in autotune.PREFILL_INOUT.values() for n in names}
+    assert set(autotune.PREFILL_RESTORED_IN_GRAPH) <= restored
