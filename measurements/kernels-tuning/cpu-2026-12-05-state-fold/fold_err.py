@@ -1,7 +1,7 @@
-"""Usage: python3 -P fold_err.py [cpu|cuda]. main (installed kdakit.kernels.prefill) and prefill_fold (beside
-this file) against the fp64 recurrence on the same inputs: max |error| of the output and the final states,
-and max |fold - main|. CPU: the Triton interpreter."""
-import contextlib, os, sys
+"""Usage: python3 -P fold_err.py [cpu|cuda] [VARIANTS]. main (installed kdakit.kernels.prefill) and each
+variant module beside this file (default: prefill_fold) against the fp64 recurrence on the same inputs: max
+|error| of the output and the final states, and max |variant - main|. CPU: the Triton interpreter."""
+import contextlib, importlib, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch
 from kdakit.kernels import reference as R
@@ -11,7 +11,7 @@ if DEV == "cuda":
     import kda_stubs  # noqa: F401
 
 
-def case(name, lens, H, HV, K, V, a_log=None, kscale=1.0, lower_bound=-5.0, seed=0):
+def case(label, lens, H, HV, K, V, a_log=None, kscale=1.0, lower_bound=-5.0, seed=0):
     gen = torch.Generator().manual_seed(seed)
     T = sum(lens)
     rnd = lambda *s, sc=1.0, dt=torch.bfloat16: (torch.randn(*s, generator=gen) * sc).to(dt)
@@ -40,16 +40,17 @@ def case(name, lens, H, HV, K, V, a_log=None, kscale=1.0, lower_bound=-5.0, seed
         o, p = o[0].double().cpu(), p.double().cpu()
         fin = torch.stack([p[int(i)] for i in idx])
         res[mname] = (o, fin, (o - ref_o).abs().max().item(), (fin - torch.stack(ref_s)).abs().max().item())
-    (om, sm, eom, esm), (of, sf, eof, esf) = res["main"], res["fold"]
-    print(f"{name}: |o|max={ref_o.abs().max().item():.3g} out err main {eom:.3g} fold {eof:.3g}; "
-          f"state err main {esm:.3g} fold {esf:.3g}; fold-main out {(of - om).abs().max().item():.3g} "
-          f"state {(sf - sm).abs().max().item():.3g}; finite={bool(torch.isfinite(of).all())}", flush=True)
-
+    om, sm, eom, esm = res["main"]
+    for name in variants:
+        of, sf, eof, esf = res[name]
+        print(f"{name} {label}: |o|max={ref_o.abs().max().item():.3g} out err main {eom:.3g} {name} {eof:.3g}; "
+              f"state err main {esm:.3g} {name} {esf:.3g}; {name}-main out {(of - om).abs().max().item():.3g} "
+              f"state {(sf - sm).abs().max().item():.3g}; finite={bool(torch.isfinite(of).all())}", flush=True)
 
 with (interpreter() if DEV == "cpu" else contextlib.nullcontext()):
     from kdakit.kernels import prefill as main
-    import prefill_fold as fold
-    mods = {"main": main, "fold": fold}
+    variants = (sys.argv[2] if len(sys.argv) > 2 else "prefill_fold").split(",")
+    mods = {"main": main, **{name: importlib.import_module(name) for name in variants}}
     big = DEV == "cuda"
     case("1x130 H2 HV2 K=V=128 bounded", [130], 2, 2, 128, 128, seed=1)
     case("1x130 H2 HV2 K=V=128 softplus", [130], 2, 2, 128, 128, lower_bound=None)

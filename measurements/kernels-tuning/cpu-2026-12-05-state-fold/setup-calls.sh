@@ -18,6 +18,8 @@ variant state2 $O/state-pass-2.diff
 variant gate1 $O/gate-1.diff
 variant gate2 $O/gate-2.diff
 variant fold $F/state-fold.diff
+variant foldt $F/state-fold-blocks.diff
+variant foldtma $F/state-fold-blocks.diff $F/state-blocks-tma.diff
 variant all_1 $O/intra-hoist.diff $F/state-fold.diff $O/gate-1.diff
 variant all_2 $O/intra-hoist.diff $F/state-fold.diff $O/gate-2.diff
 cp $F/fold_err.py measurements/kernels-tuning/h100-2026-12-05-exp2-clamp/cprobe.py .carry/calls/
