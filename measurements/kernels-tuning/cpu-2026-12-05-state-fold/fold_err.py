@@ -5,6 +5,7 @@ import contextlib, importlib, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch
 from kdakit.kernels import reference as R
+from kdakit.kernels import tuned
 from kdakit.kernels.tools.testing import interpreter
 DEV = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 if DEV == "cuda":
@@ -33,6 +34,7 @@ def case(label, lens, H, HV, K, V, a_log=None, kscale=1.0, lower_bound=-5.0, see
     ref_o = torch.cat(ref_o)
     res = {}
     for mname, mod in mods.items():
+        tuned.reset()  # each module's own default configs (the selection cache is shared by kernel name)
         p = dev(pool.clone())
         o = mod.chunk_kda(dev(q), dev(k), dev(v.clone()), dev(g), dev(beta), initial_state=p,
                           initial_state_indices=dev(idx), use_qk_l2norm_in_kernel=True, cu_seqlens=dev(cu),

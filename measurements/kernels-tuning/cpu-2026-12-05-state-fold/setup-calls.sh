@@ -22,7 +22,7 @@ variant foldt $F/state-fold-blocks.diff
 variant foldtma $F/state-fold-blocks.diff $F/state-blocks-tma.diff
 variant all_1 $O/intra-hoist.diff $F/state-fold.diff $O/gate-1.diff
 variant all_2 $O/intra-hoist.diff $F/state-fold.diff $O/gate-2.diff
-cp $F/fold_err.py measurements/kernels-tuning/h100-2026-12-05-exp2-clamp/cprobe.py .carry/calls/
+cp $F/fold_err.py $F/cprobe.py .carry/calls/
 printf '%s\n' '#!/bin/sh' \
   'exec python3 -P -c "import kda_stubs, sys; from kdakit.cli import main; sys.argv=['"'"'kdakit'"'"']+sys.argv[1:]; sys.exit(main())" "$@"' \
   > .carry/calls/kd
