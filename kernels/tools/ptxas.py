@@ -141,8 +141,9 @@ def _tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def report(name: str, args: tuple, workdir: str, module=None) -> str:
-    compiled = compile_for_hopper(name, args, workdir, module)
+def report(name: str, args: tuple, workdir: str, module=None, compiled=None) -> str:
+    """ptxas's registers, spills and shared memory. `compiled`: a compile_for_hopper result to reuse."""
+    compiled = compiled or compile_for_hopper(name, args, workdir, module)
     ptx = os.path.join(workdir, f"{name}.ptx")
     with open(ptx, "w") as f:
         f.write(compiled.asm["ptx"])
@@ -157,11 +158,12 @@ def report(name: str, args: tuple, workdir: str, module=None) -> str:
     return f"{name:10s} warps={warps} stages={stages} smem={compiled.metadata.shared} | {usage}"
 
 
-def sass(name: str, args: tuple, workdir: str, module=None) -> str:
-    """The kernel's SASS for sm_90a, as nvdisasm prints it."""
+def sass(name: str, args: tuple, workdir: str, module=None, compiled=None) -> str:
+    """The kernel's SASS for sm_90a, as nvdisasm prints it (`compiled` as in `report`)."""
+    compiled = compiled or compile_for_hopper(name, args, workdir, module)
     cubin = os.path.join(workdir, f"{name}.cubin")
     with open(cubin, "wb") as f:
-        f.write(compile_for_hopper(name, args, workdir, module).asm["cubin"])
+        f.write(compiled.asm["cubin"])
     return subprocess.run([_tool("nvdisasm"), "-c", cubin], capture_output=True, text=True, check=True).stdout
 
 
@@ -194,8 +196,8 @@ def opcodes(instructions: list[str]) -> collections.Counter:
     return collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", i).split()[0].split(".")[0] for i in instructions)
 
 
-def loop_report(name: str, args: tuple, workdir: str, module=None) -> str:
-    body, total = dot_loop(sass(name, args, workdir, module))
+def loop_report(name: str, args: tuple, workdir: str, module=None, compiled=None) -> str:
+    body, total = dot_loop(sass(name, args, workdir, module, compiled))
     if body is None:
         return f"{name:10s} {total} instructions; no loop with tensor-core instructions"
     counts = opcodes(body)
@@ -215,9 +217,10 @@ def main(argv=None) -> int:
     prefill.configure(json.loads(args.configs))
     with tempfile.TemporaryDirectory() as workdir:
         for name, kernel_args in example_args().items():
-            print(report(name, kernel_args, workdir), flush=True)
+            compiled = compile_for_hopper(name, kernel_args, workdir)
+            print(report(name, kernel_args, workdir, compiled=compiled), flush=True)
             if args.loops:
-                print(loop_report(name, kernel_args, workdir), flush=True)
+                print(loop_report(name, kernel_args, workdir, compiled=compiled), flush=True)
     return 0
 
 
