@@ -15,12 +15,14 @@ Five Helion kernels. Everything before the state pass is fully parallel and buil
 warps, a [16 or 64, 32] tile at a time), so many run per SM: the intra-chunk work is latency-bound, not
 bandwidth-bound.
 
-1. `gate`: one program per (chunk, value head): gate activation from the raw gate, chunk-local cumsum in log2
-   units, and the chunk's token span for the later kernels.
+1. `gate`: one program per (chunk lane, value head, K slice): gate activation from the raw gate and the
+   chunk-local cumsum in log2 units, row by row with each thread owning whole K columns (no shuffles), and
+   the chunk's token span for the later kernels.
 2. `intra`: one program per (chunk, value head, 16-row block i): row block i of L and of Aqk, K in 32-wide
    slices, the q/k L2 norms applied to the dot results (and stored for `recompute`); the diagonal block
    factorised around its middle row, the blocks left of it around the block's first row (so exp never
-   overflows), the j < i blocks as a data-dependent loop.
+   overflows). One K loop: each slice of block i is loaded and scaled once and serves the diagonal block
+   and every earlier block j < i (three guarded static blocks).
 3. `solve`: one program per (chunk, value head): Tinv = (I + L)^-1 row block by row block (diagonal blocks
    by the nilpotent product formula, the rest by block substitution), stored as 64-wide bf16 rows.
 4. `recompute`: one program per (chunk, value head, 64-column tile): U = Tinv diag(beta) v (written over
@@ -82,6 +84,67 @@ def _size_one_key(*args) -> tuple:
 # --------------------------------------------------------------------------------------------------------
 
 
+# Row-streamed gate: each thread owns whole K columns and walks the chunk's 64 rows, so the cumsum needs no
+# shuffles, no shared memory and no layout conversion. The sums follow the order of tl.cumsum over a [64, 32]
+# fp32 tile on one warp (4 row threads x 16 repeats): within each group of 4 rows a two-step Hillis-Steele
+# scan, then the previous group's last output added, whatever this kernel's config.
+
+# lower_bound * (1 / d), d >= 1: one MUFU.RCP and one multiply (div.approx.ftz), where torch.sigmoid's
+# div.full.f32 adds a range check and a select. Equal to sigmoid(.) * lower_bound while that is not
+# subnormal (a * (x + dt_bias) > -87.3 for lower_bound <= -1); below, where torch.sigmoid keeps a subnormal,
+# this flushes it to zero. (The CPU interpreter's shim divides exactly.)
+_SCALED_RCP = "libdevice.fast_dividef({0}, {1})"
+# x * log2(e) rounded on its own (mul.rn.f32, the constant Triton's exp uses): Triton lets LLVM contract a
+# multiply and the add after it into one fma, which would change the rounding of the scan's adds;
+# libdevice's mul_rn would flush subnormals
+_TO_LOG2 = (
+    'tl.inline_asm_elementwise("mul.rn.f32 $0, $1, 0f3FB8AA3B;", "=r,r", [{0}], dtype=tl.float32, '
+    "is_pure=True, pack=1)"
+)
+
+
+def _activate_row(x, bias, a, lower_bound, gate_mode, has_bias):
+    """A row slice of the raw gate -> its activated log decay in log2 units, op for op as Triton lowers
+    the activation on the GPU. Rows past the end are not zeroed: they only follow real rows, and a prefix
+    sum never reads a later row."""
+    if gate_mode != 0:
+        if has_bias:
+            x = x + bias
+        if gate_mode == 1:
+            # no clamp: it only guarded exp on the branch where() drops (NaN still propagates)
+            x = -a * torch.where(x > 20.0, x, torch.log(1.0 + torch.exp(x)))
+        else:
+            # sigmoid(t) = 1 / (1 + exp(-t)), exp(-t) as Triton lowers it: ex2(-t * log2e); the ftz form of
+            # ex2 differs only on results below 2^-126, which vanish in 1 + e
+            e = hl.inline_triton("tl.exp2({0} * -1.4426950408889634)", args=(a * x,), output_like=x)
+            x = hl.inline_triton(_SCALED_RCP, args=(lower_bound, 1.0 + e), output_like=x)
+    return hl.inline_triton(_TO_LOG2, args=(x,), output_like=x)
+
+
+def _gate_chunk(g_rows, gcum_rows, rows0, length, kk, bias, a, lower_bound, gate_mode, has_bias, HV):
+    """The chunk's 64 rows (g_rows row rows0 + r * HV, real while r < length) -> their log2 cumsum in
+    gcum_rows. Python loops: traced once per row, so the kernel is straight-line code with every row's load
+    issued before the first use (64 loads in flight a warp, not one group's)."""
+    rows, oks, raw = [], [], []
+    for r in range(64):
+        rows.append(rows0 + r * HV)
+        oks.append(r < length)
+        raw.append(hl.load(g_rows, [_column(rows[r]), _row(kk)], extra_mask=_column(oks[r])))
+    carry = None
+    for r0 in range(0, 64, 4):
+        x0, x1, x2, x3 = (
+            _activate_row(raw[r0 + t].float(), bias, a, lower_bound, gate_mode, has_bias) for t in range(4)
+        )
+        # Hillis-Steele over 4 rows, then the previous group's last output (the order named above)
+        s1 = x1 + x0
+        out = [x0, s1, (x2 + x1) + x0, (x3 + x2) + s1]
+        if carry is not None:
+            out = [o + carry for o in out]
+        carry = out[3]
+        for t in range(4):
+            hl.store(gcum_rows, [_column(rows[r0 + t]), _row(kk)], out[t], extra_mask=_column(oks[r0 + t]))
+
+
 def _gate_cumsum_fn(
     g_rows: torch.Tensor,  # [T*HV, K] raw or pre-activated gate
     a_log: torch.Tensor,  # [HV] (unused in mode 0)
@@ -100,12 +163,15 @@ def _gate_cumsum_fn(
     N = chunk_ends.size(0)
     K = hl.specialize(g_rows.size(1))
     hl.specialize((g_rows.stride(0), gcum_rows.stride(0)))
-    # K tiles: the cumsum runs down the 64 rows of each column on its own, so columns split freely into
-    # more, smaller programs (a whole [64, 128] tile per program left the kernel latency-bound)
     block_kk = hl.register_block_size(16, K)
     for tile_p, tile_h, tile_kk in hl.tile([P, HV, K], block_size=[1, 1, block_kk]):
-        # (names used inside the lane loop are bound before it: Helion hoists their index arithmetic)
         hv, chunks = tile_h.id, chunk_ends[N - 1]
+        kk = tile_kk.index
+        bias = hl.zeros([tile_kk], dtype=torch.float32)
+        if has_bias:
+            bias = hl.load(dt_bias, [hv * K + kk]).float()
+        bias = _row(bias)
+        a = torch.exp(hl.load(a_log, [hv]).float())
         for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
             m = tile_p.id + tile_s.id * P
             # The only place that maps a chunk to its sequence (count the sequences whose chunks all end at
@@ -120,22 +186,9 @@ def _gate_cumsum_fn(
             start = cu_seqlens[seq].long() + (m - first) * 64
             pair = hl.arange(2)
             hl.store(spans, [m, pair], torch.where(pair == 0, start, end))
-            token = start + hl.arange(64)
-            valid = token < end
-            row = token * HV + hv
-            kk = tile_kk.index
-            x = hl.load(g_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None]).float()
-            if gate_mode != 0:
-                if has_bias:
-                    x = x + hl.load(dt_bias, [hv * K + kk]).float()[None, :]
-                a = torch.exp(hl.load(a_log, [hv]).float())
-                if gate_mode == 1:
-                    soft = torch.where(x > 20.0, x, torch.log(1.0 + torch.exp(torch.clamp(x, max=20.0))))
-                    x = -a * soft
-                else:
-                    x = lower_bound * torch.sigmoid(a * x)
-            x = torch.where(valid[:, None], x * 1.4426950216293335, 0.0)
-            hl.store(gcum_rows, [row[:, None], kk[None, :]], hl.cumsum(x, 0), extra_mask=valid[:, None])
+            rows0 = start * HV + hv
+            length = (end - start).to(torch.int32)  # (int32: one compare a row)
+            _gate_chunk(g_rows, gcum_rows, rows0, length, kk, bias, a, lower_bound, gate_mode, has_bias, HV)
     return gcum_rows
 
 
@@ -198,6 +251,37 @@ def _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols):
     return ki, qi, gi
 
 
+def _off_block_step(
+    k_rows, gcum_rows, tok_j, m_j, row_j, col0, cols, g_first, a_k, a_q, off_kk, off_qk, ssq_j
+):
+    """One K slice of the block left of the diagonal whose rows are tok_j: a_k / a_q are block i's k and q
+    slices decayed to its first row (bf16); the block's k is decayed from that row back (both factors
+    <= 1)."""
+    kj = hl.load(k_rows, [_column(tok_j), col0 + _row(cols)], extra_mask=_column(m_j)).float()
+    gj = hl.load(gcum_rows, [_column(row_j), _row(cols)], extra_mask=_column(m_j))
+    kr = (kj * _exp2c(g_first - gj)).to(torch.bfloat16).T
+    off_kk = off_kk + _dot32(a_k, kr)
+    off_qk = off_qk + _dot32(a_q, kr)
+    ssq_j = ssq_j + (kj * kj).sum(1)
+    return off_kk, off_qk, ssq_j
+
+
+def _store_off_block(akk_rows, aqk_rows, row_i, m_i, b_i, rk_i, rq_i, m_j, cols_j, off_kk, off_qk, ssq_j,
+                     scale, use_l2norm):  # fmt: skip
+    """Block (i, j < i) of L and Aqk from its K sums, normalised and stored."""
+    if use_l2norm:
+        rk_j = torch.rsqrt(ssq_j + 1e-6)
+    else:
+        rk_j = torch.where(m_j, 1.0, 1.0)
+    off_kk = off_kk * _column(rk_i) * _row(rk_j)
+    off_qk = off_qk * _column(rq_i) * _row(rk_j)
+    l_off = torch.where(_column(m_i), off_kk * _column(b_i), 0.0)
+    hl.store(akk_rows, [_column(row_i), _row(cols_j)], l_off, extra_mask=_column(m_i))
+    hl.store(
+        aqk_rows, [_column(row_i), _row(cols_j)], (off_qk * scale).to(aqk_rows.dtype), extra_mask=_column(m_i)
+    )
+
+
 def _intra_chunk_fn(
     q_rows: torch.Tensor,  # [T, H*K] token rows (any row stride)
     k_rows: torch.Tensor,  # [T, H*K]
@@ -222,7 +306,10 @@ def _intra_chunk_fn(
     K slices the dots read, and block i's inverse norms are stored for the recompute kernel.
 
     Small programs (a [16, block_k] slice of q, k and the gate at a time) keep registers low, so many run
-    per SM; the j < i blocks are a data-dependent loop, so no program computes blocks it does not need."""
+    per SM. One K loop: each slice of block i's q, k and gate is loaded and decayed once and feeds the
+    diagonal block and the (up to three) j < i blocks, each j a static block behind a runtime guard, so no
+    program computes blocks it does not need. The diagonal block is formed factorised in that loop; the
+    extreme-decay form replaces it after the loop only when the anchor rows' spread calls for it."""
     P = lanes.size(0)
     K = hl.specialize(gcum_rows.size(1))
     hl.specialize((q_rows.stride(0), k_rows.stride(0), gcum_rows.stride(0)))
@@ -249,33 +336,73 @@ def _intra_chunk_fn(
 
                 last_row = torch.clamp(torch.minimum(start + tile_i.id * 16 + 15, end - 1), min=0) * HV + hv
 
-                # Diagonal block. Factorised around its middle row, as two tensor-core dots, while every
-                # exponent of the two factors stays within +-FACTOR_SPAN log2 units (no factor or product
-                # overflows fp32); else (extreme decay, e.g. a softplus gate with a large A_log) column by
-                # column with each exp2(g_i - g_j) <= 1 formed directly.
-                spread = hl.zeros([block_k], dtype=torch.float32)
-                for tile_k in hl.tile(K, block_size=block_k):
-                    cols = tile_k.index
-                    top = hl.load(gcum_rows, [first_row, cols])
-                    centre = hl.load(gcum_rows, [mid_row, cols])
-                    bottom = hl.load(gcum_rows, [last_row, cols])
-                    spread = torch.maximum(spread, torch.maximum(top - centre, centre - bottom))
+                # One K loop. Diagonal block: factorised around its middle row, as two tensor-core dots;
+                # valid while every exponent of the two factors stays within +-FACTOR_SPAN log2 units (no
+                # factor or product overflows fp32), which the anchor rows' spread, taken in the same loop,
+                # tells. Blocks j < i: factorised around the first row of block i, both factors <= 1, from
+                # the same slices.
                 acc_kk = hl.zeros([16, 16], dtype=torch.float32)
                 acc_qk = hl.zeros([16, 16], dtype=torch.float32)
                 ssq_k = hl.zeros([16], dtype=torch.float32)
                 ssq_q = hl.zeros([16], dtype=torch.float32)
-                if torch.amax(spread, 0) <= 120.0:
-                    for tile_k in hl.tile(K, block_size=block_k):
-                        cols = tile_k.index
-                        ki, qi, gi = _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols)
-                        g_mid = hl.load(gcum_rows, [mid_row, cols])[None, :]
-                        up = _exp2c(gi - g_mid)
-                        kd = (ki * _exp2c(g_mid - gi)).T
-                        acc_kk = acc_kk + _dot32(ki * up, kd)
-                        acc_qk = acc_qk + _dot32(qi * up, kd)
-                        ssq_k = ssq_k + (ki * ki).sum(1)
-                        ssq_q = ssq_q + (qi * qi).sum(1)
-                else:
+                spread = hl.zeros([block_k], dtype=torch.float32)
+                off_kk0 = hl.zeros([16, 16], dtype=torch.float32)
+                off_qk0 = hl.zeros([16, 16], dtype=torch.float32)
+                ssq_j0 = hl.zeros([16], dtype=torch.float32)
+                off_kk1 = hl.zeros([16, 16], dtype=torch.float32)
+                off_qk1 = hl.zeros([16, 16], dtype=torch.float32)
+                ssq_j1 = hl.zeros([16], dtype=torch.float32)
+                off_kk2 = hl.zeros([16, 16], dtype=torch.float32)
+                off_qk2 = hl.zeros([16, 16], dtype=torch.float32)
+                ssq_j2 = hl.zeros([16], dtype=torch.float32)
+                # rows of blocks 0..2 (a block j < i lies wholly inside the chunk)
+                tok_j0 = start + lane
+                tok_j1 = start + 16 + lane
+                tok_j2 = start + 32 + lane
+                m_j0 = tok_j0 < end
+                m_j1 = tok_j1 < end
+                m_j2 = tok_j2 < end
+                row_j0 = tok_j0 * HV + hv
+                row_j1 = tok_j1 * HV + hv
+                row_j2 = tok_j2 * HV + hv
+                for tile_k in hl.tile(K, block_size=block_k):
+                    cols = tile_k.index
+                    ki, qi, gi = _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols)
+                    top = hl.load(gcum_rows, [first_row, cols])
+                    centre = hl.load(gcum_rows, [mid_row, cols])
+                    bottom = hl.load(gcum_rows, [last_row, cols])
+                    spread = torch.maximum(spread, torch.maximum(top - centre, centre - bottom))
+                    g_mid = centre[None, :]
+                    up = _exp2c(gi - g_mid)
+                    kd = (ki * _exp2c(g_mid - gi)).T
+                    acc_kk = acc_kk + _dot32(ki * up, kd)
+                    acc_qk = acc_qk + _dot32(qi * up, kd)
+                    ssq_k = ssq_k + (ki * ki).sum(1)
+                    ssq_q = ssq_q + (qi * qi).sum(1)
+                    if tile_i.id > 0:
+                        g_first = top[None, :]
+                        left = _exp2c(gi - g_first)
+                        a_k = (ki * left).to(torch.bfloat16)
+                        a_q = (qi * left).to(torch.bfloat16)
+                        off_kk0, off_qk0, ssq_j0 = _off_block_step(
+                            k_rows, gcum_rows, tok_j0, m_j0, row_j0, col0, cols, g_first, a_k, a_q,
+                            off_kk0, off_qk0, ssq_j0,
+                        )  # fmt: skip
+                        if tile_i.id > 1:
+                            off_kk1, off_qk1, ssq_j1 = _off_block_step(
+                                k_rows, gcum_rows, tok_j1, m_j1, row_j1, col0, cols, g_first, a_k, a_q,
+                                off_kk1, off_qk1, ssq_j1,
+                            )  # fmt: skip
+                            if tile_i.id > 2:
+                                off_kk2, off_qk2, ssq_j2 = _off_block_step(
+                                    k_rows, gcum_rows, tok_j2, m_j2, row_j2, col0, cols, g_first, a_k, a_q,
+                                    off_kk2, off_qk2, ssq_j2,
+                                )  # fmt: skip
+                # Extreme decay (e.g. a softplus gate with a large A_log): the diagonal block again, column by
+                # column with each exp2(g_i - g_j) <= 1 formed directly (the factorised sums are dropped)
+                if torch.amax(spread, 0) > 120.0:
+                    acc_kk = hl.zeros([16, 16], dtype=torch.float32)
+                    acc_qk = hl.zeros([16, 16], dtype=torch.float32)
                     for tile_k in hl.tile(K, block_size=block_k):
                         cols = tile_k.index
                         ki, qi, gi = _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols)
@@ -289,8 +416,6 @@ def _intra_chunk_fn(
                             pick = lane[None, :] == tile_c.id
                             acc_kk = acc_kk + torch.where(pick, (ki * e).sum(1)[:, None], 0.0)
                             acc_qk = acc_qk + torch.where(pick, (qi * e).sum(1)[:, None], 0.0)
-                        ssq_k = ssq_k + (ki * ki).sum(1)
-                        ssq_q = ssq_q + (qi * qi).sum(1)
                 if use_l2norm:
                     rk_i = torch.rsqrt(ssq_k + 1e-6)
                     rq_i = torch.rsqrt(ssq_q + 1e-6)
@@ -317,39 +442,15 @@ def _intra_chunk_fn(
                         zeros,
                         extra_mask=m_i[:, None],
                     )
-
-                # blocks left of the diagonal, factorised around the first row of block i: both factors <= 1
-                for tile_j in hl.tile(tile_i.id * 16, block_size=16):
-                    cols_j = tile_j.begin + lane  # the tile's 16 rows as columns of row block i
-                    tok_j = start + cols_j
-                    m_j = tok_j < end
-                    row_j = tok_j * HV + hv
-                    off_kk = hl.zeros([16, 16], dtype=torch.float32)
-                    off_qk = hl.zeros([16, 16], dtype=torch.float32)
-                    ssq_j = hl.zeros([16], dtype=torch.float32)
-                    for tile_k in hl.tile(K, block_size=block_k):
-                        cols = tile_k.index
-                        ki, qi, gi = _load_block_i(q_rows, k_rows, gcum_rows, tok_i, m_i, row_i, col0, cols)
-                        g_first = hl.load(gcum_rows, [first_row, cols])[None, :]
-                        left = _exp2c(gi - g_first)
-                        kj = hl.load(
-                            k_rows, [tok_j[:, None], col0 + cols[None, :]], extra_mask=m_j[:, None]
-                        ).float()
-                        gj = hl.load(gcum_rows, [row_j[:, None], cols[None, :]], extra_mask=m_j[:, None])
-                        kr = (kj * _exp2c(g_first - gj)).to(torch.bfloat16).T
-                        off_kk = off_kk + _dot32((ki * left).to(torch.bfloat16), kr)
-                        off_qk = off_qk + _dot32((qi * left).to(torch.bfloat16), kr)
-                        ssq_j = ssq_j + (kj * kj).sum(1)
-                    if use_l2norm:
-                        rk_j = torch.rsqrt(ssq_j + 1e-6)
-                    else:
-                        rk_j = torch.where(m_j, 1.0, 1.0)
-                    off_kk = off_kk * rk_i[:, None] * rk_j[None, :]
-                    off_qk = off_qk * rq_i[:, None] * rk_j[None, :]
-                    l_off = torch.where(m_i[:, None], off_kk * b_i[:, None], 0.0)
-                    hl.store(akk_rows, [row_i[:, None], cols_j[None, :]], l_off, extra_mask=m_i[:, None])
-                    hl.store(aqk_rows, [row_i[:, None], cols_j[None, :]], (off_qk * scale).to(aqk_rows.dtype),
-                             extra_mask=m_i[:, None])  # fmt: skip
+                if tile_i.id > 0:
+                    _store_off_block(akk_rows, aqk_rows, row_i, m_i, b_i, rk_i, rq_i, m_j0, lane,
+                                     off_kk0, off_qk0, ssq_j0, scale, use_l2norm)  # fmt: skip
+                if tile_i.id > 1:
+                    _store_off_block(akk_rows, aqk_rows, row_i, m_i, b_i, rk_i, rq_i, m_j1, 16 + lane,
+                                     off_kk1, off_qk1, ssq_j1, scale, use_l2norm)  # fmt: skip
+                if tile_i.id > 2:
+                    _store_off_block(akk_rows, aqk_rows, row_i, m_i, b_i, rk_i, rq_i, m_j2, 32 + lane,
+                                     off_kk2, off_qk2, ssq_j2, scale, use_l2norm)  # fmt: skip
     return aqk_rows
 
 
@@ -525,6 +626,8 @@ def _state_pass_fn(
     P = lanes.size(0)
     block_v = hl.register_block_size(16, V)
     hl.specialize((w_rows.stride(0), u_rows.stride(0), pool_rows.stride(0)))
+    # the operands' row strides as constants: w and qg share their staged loads' offsets
+    hl.specialize((kg_rows.stride(0), qg_rows.stride(0), aqk_rows.stride(0)))
     # One program per (lane, value head, V tile); lane p runs sequences p, p + P, ... up to seq_count. A
     # CUDA graph's tables hold many empty sequence slots past the batch: no program is spent on them. The
     # tile width suited to a batch depends on its sequence count, which is device data: chunk_kda launches
@@ -557,6 +660,7 @@ def _state_pass_fn(
             # A chunk's decay is loaded one step ahead: Triton does not stage this small load, and loaded in
             # its own step it would hold the state update for a global round trip.
             decay_next = hl.load(decay_flat, [(first_chunk * HV + hv) * K + kk], extra_mask=end > begin)
+            last = end - 1
             for tile_t in hl.tile(end - begin, block_size=64):
                 chunk = first_chunk + tile_t.id
                 decay = decay_next
@@ -564,21 +668,27 @@ def _state_pass_fn(
                 decay_next = hl.load(decay_flat, [((chunk + 1) * HV + hv) * K + kk], extra_mask=has_next)
                 token = begin + tile_t.index
                 valid = token < end
-                row = token * HV + hv
-                w = hl.load(w_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
-                kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]], extra_mask=valid[None, :])
-                qg = hl.load(qg_rows, [row[:, None], kk[None, :]], extra_mask=valid[:, None])
-                aqk = hl.load(aqk_rows, [row[:, None], cols64[None, :]], extra_mask=valid[:, None])
+                # The operand rows past the sequence's end are clamped to its last token rather than masked:
+                # no per-row predicates on the staged loads. What those rows feed is dropped: v_new's rows
+                # past the end are zeroed before kg^T @ v_new (the clamped kg columns meet zeros), and the
+                # output rows past the end are not stored.
+                row = torch.minimum(token, last) * HV + hv
+                w = hl.load(w_rows, [row[:, None], kk[None, :]])
+                kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]])
+                qg = hl.load(qg_rows, [row[:, None], kk[None, :]])
+                aqk = hl.load(aqk_rows, [row[:, None], cols64[None, :]])
                 if has_track:
                     tracked = torch.where(tile_t.id == track_at, state, tracked)
                 state_b = state.to(torch.bfloat16)
                 v_cols = hv * V + tile_v.index
-                u = hl.load(u_rows, [token[:, None], v_cols[None, :]], extra_mask=valid[:, None]).float()
-                v_new = (u - _dot32(w, state_b)).to(torch.bfloat16)
-                o = _dot32(qg, state_b) + _dot32(aqk, v_new)
+                u_row = torch.minimum(token, last)
+                u = hl.load(u_rows, [u_row[:, None], v_cols[None, :]]).float()
+                v_new = torch.where(valid[:, None], u - _dot32(w, state_b), 0.0).to(torch.bfloat16)
+                o_q = _dot32(qg, state_b)
+                state = state * decay[:, None] + _dot32(kg_t, v_new)
+                o = o_q + _dot32(aqk, v_new)
                 hl.store(u_rows, [token[:, None], v_cols[None, :]], o.to(u_rows.dtype),
                          extra_mask=valid[:, None])  # fmt: skip
-                state = state * decay[:, None] + _dot32(kg_t, v_new)
             hl.store(pool_rows, [state_row[None, :], kk[:, None]], state.to(pool_rows.dtype),
                      extra_mask=has_slot)  # fmt: skip
             if has_track:
@@ -602,7 +712,7 @@ def _state_pass_fn(
 # shipped for the GPU's SKU and bucket (`prefill-<kernel>` files, kdakit.kernels.tuned), else these.
 DEFAULT_CONFIGS: dict[str, dict] = {
     # block_sizes in trace order
-    "gate": {"block_sizes": [32, 32], "num_warps": 1, "num_stages": 1, "indexing": "pointer"},  # [K, seq]
+    "gate": {"block_sizes": [64, 32], "num_warps": 1, "num_stages": 1, "indexing": "pointer"},  # [K, seq]
     "intra": {"block_sizes": [32], "num_warps": 1, "num_stages": 2, "indexing": "pointer"},  # [K slice]
     "solve": {"block_sizes": [], "num_warps": 2, "num_stages": 1, "indexing": "pointer"},
     "recompute": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [K, V tile]

@@ -1,21 +1,21 @@
 """Make Helion kernels runnable on a CPU under Triton's interpreter (`TRITON_INTERPRET=1`).
 
 Under `TRITON_INTERPRET=1` Helion still generates Triton code, and Triton's interpreter runs it with numpy, so
-CPU tests exercise the same code, block sizes and masks as the GPU. Three interpreter gaps break that, and
+CPU tests exercise the same code, block sizes and masks as the GPU. Four interpreter gaps break that, and
 `install()` closes them (it changes nothing on a GPU run):
 
 1. `libdevice.*` math (what Helion emits for `torch.exp`, `torch.log`, `torch.sqrt`, ...) are stubs that
    return None in the interpreter; they are forwarded to `tl.math`, which the interpreter implements.
 2. `tl.dot` on bf16 operands multiplies the raw uint16 bit patterns; bf16 operands are decoded to fp32 first.
 3. `triton.autotune` benchmarks through a GPU driver; in the interpreter the first surviving config is used.
+4. Inline PTX is not run at all; the one form the kernels use (`mul.rn.f32` by a constant) runs in numpy.
 
 Also, `@triton.jit` helpers decorated before TRITON_INTERPRET was set (Inductor's `triton_helpers`, which the
 generated code calls) are swapped for interpreted twins, so the variable need not precede every import.
 
 Usage, before any Triton or Helion import runs a kernel:
 
-    import contextlib
-import os
+    import os
     os.environ["TRITON_INTERPRET"] = "1"     # must be set before triton is imported
     from kdakit.kernels.tools import interpret
     interpret.install()
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 
 _installed = False
 _users = 0  # install() calls not yet matched by uninstall(): nested users keep the shim in place
@@ -74,7 +75,10 @@ def _forward_libdevice() -> None:
     def pow(x, y, _semantic=None):
         return tl.math.exp2(y * tl.math.log2(x))
 
-    for fn in (log1p, expm1, tanh, pow):
+    def fast_dividef(x, y, _semantic=None):  # the GPU's div.approx; here a correctly rounded divide
+        return x / y
+
+    for fn in (log1p, expm1, tanh, pow, fast_dividef):
         _patch(libdevice, fn.__name__, fn)
 
 
@@ -95,6 +99,34 @@ def _decode_bf16_dot() -> None:
         return original(self, as_fp32(a), as_fp32(b), d, input_precision, max_num_imprecise_acc)
 
     _patch(interpreter.InterpreterBuilder, "create_dot", create_dot)
+
+
+# Inline PTX the kit's kernels use, as numpy: mul.rn.f32 by a constant (a multiply rounded on its own, which
+# LLVM may not contract into an fma). Any other asm still fails, as in plain Triton.
+_MUL_RN_F32 = re.compile(r"\s*mul\.rn\.f32 \$0, \$1, 0f([0-9A-Fa-f]{8});\s*")
+
+
+def _known_inline_asm() -> None:
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    class _Results:
+        def __init__(self, handles):
+            self.handles = handles
+
+        def get_result(self, i):
+            return self.handles[i]
+
+    def create_inline_asm(self, asm, constraints, values, types, is_pure, pack):
+        match = _MUL_RN_F32.fullmatch(asm)
+        if match is None or len(values) != 1:
+            raise NotImplementedError(f"inline asm the interpreter shim does not know: {asm!r}")
+        constant = np.frombuffer(bytes.fromhex(match.group(1))[::-1], dtype=np.float32)[0]
+        product = values[0].data.astype(np.float32) * constant
+        return _Results([interpreter.TensorHandle(product.astype(np.float32), tl.float32)])
+
+    _patch(interpreter.InterpreterBuilder, "create_inline_asm", create_inline_asm)
 
 
 def _first_autotune_config() -> None:
@@ -165,6 +197,7 @@ def install() -> bool:
     _snapshot_language()
     _forward_libdevice()
     _decode_bf16_dot()
+    _known_inline_asm()
     _first_autotune_config()
     _interpret_jit_helpers()
     _installed = True

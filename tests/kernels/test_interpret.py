@@ -59,3 +59,42 @@ def test_uninstall_restores_what_the_interpreter_left_patched(tmp_path):
         sys.modules.pop("kdakit_interpret_kernel", None)
     assert data.item() == 1.0, "the kernel ran under the interpreter"
     assert [name for name, value in before.items() if getattr(tl.core, name, None) is not value] == []
+
+
+ASM_KERNEL = """
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def kernel(x_ptr, y_ptr, q_ptr, ASM: tl.constexpr):
+    offs = tl.arange(0, 8)
+    x = tl.load(x_ptr + offs)
+    y = tl.inline_asm_elementwise(ASM, "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1)
+    tl.store(y_ptr + offs, y)
+    tl.store(q_ptr + offs, libdevice.fast_dividef(x, 3.0))
+"""
+
+
+def test_the_shim_runs_the_inline_ptx_the_kernels_use_and_refuses_other_asm(tmp_path):
+    """prefill's gate rounds x * log2(e) on its own with inline `mul.rn.f32` and divides with
+    `fast_dividef`: under the interpreter both run in fp32 numpy; asm the shim does not know fails loudly
+    instead of returning nothing."""
+    (tmp_path / "kdakit_interpret_asm.py").write_text(ASM_KERNEL)
+    x = torch.tensor([0.0, 1.0, -2.5, 3.1, 1e-3, 7.0, -100.0, 0.3])
+    y, q = torch.empty(8), torch.empty(8)
+    try:
+        with interpreter():
+            module = _load(tmp_path / "kdakit_interpret_asm.py", "kdakit_interpret_asm")
+            module.kernel[(1,)](x, y, q, "mul.rn.f32 $0, $1, 0f3FB8AA3B;")
+            refused = None
+            try:
+                module.kernel[(1,)](x, y.clone(), q, "add.rn.f32 $0, $1, $1;")
+            except Exception as exc:  # noqa: BLE001 - the interpreter wraps what the shim raises
+                refused = str(exc)
+    finally:
+        sys.modules.pop("kdakit_interpret_asm", None)
+    assert torch.equal(y, x * torch.tensor(1.4426950216293335, dtype=torch.float32))
+    assert torch.equal(q, x / 3.0)
+    assert refused is not None and "does not know" in refused and "add.rn.f32" in refused

@@ -101,7 +101,8 @@ def test_each_prefill_kernel_hashes_its_own_body_and_the_helpers_it_calls():
     assert len(set(hashes.values())) == 5
     solve_helpers = [f.__name__ for f in tuned._helpers(prefill._solve_fn)]
     assert solve_helpers == ["_invert_rows", "_invert_unit_lower_16", "_dot32"]
-    assert tuned._helpers(prefill._gate_cumsum_fn) == []
+    gate_helpers = [f.__name__ for f in tuned._helpers(prefill._gate_cumsum_fn)]
+    assert gate_helpers == ["_row", "_gate_chunk", "_column", "_activate_row"]
 
 
 # -------------------------------------------------------------------------------------------- selection
