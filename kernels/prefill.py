@@ -672,7 +672,8 @@ def _state_pass_fn(
                 # no per-row predicates on the staged loads. What those rows feed is dropped: v_new's rows
                 # past the end are zeroed before kg^T @ v_new (the clamped kg columns meet zeros), and the
                 # output rows past the end are not stored.
-                row = torch.minimum(token, last) * HV + hv
+                clamped = torch.minimum(token, last)
+                row = clamped * HV + hv
                 w = hl.load(w_rows, [row[:, None], kk[None, :]])
                 kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]])
                 qg = hl.load(qg_rows, [row[:, None], kk[None, :]])
@@ -681,8 +682,7 @@ def _state_pass_fn(
                     tracked = torch.where(tile_t.id == track_at, state, tracked)
                 state_b = state.to(torch.bfloat16)
                 v_cols = hv * V + tile_v.index
-                u_row = torch.minimum(token, last)
-                u = hl.load(u_rows, [u_row[:, None], v_cols[None, :]]).float()
+                u = hl.load(u_rows, [clamped[:, None], v_cols[None, :]]).float()
                 v_new = torch.where(valid[:, None], u - _dot32(w, state_b), 0.0).to(torch.bfloat16)
                 o_q = _dot32(qg, state_b)
                 state = state * decay[:, None] + _dot32(kg_t, v_new)

@@ -795,12 +795,10 @@ def test_a_search_that_outlasts_its_budget_empty_handed_says_to_raise_the_budget
     assert fast.search_error.startswith("NoConfigFound") and "budget" not in fast.search_error
 
 
-def _stored_parameters(fn, module) -> set[str]:
+def _stored_parameters(fn) -> set[str]:
     """Names of the tensors a prefill kernel stores into: `hl.store(name, ...)` in its body and in the
-    module's helpers it calls (they take the kernel's tensors under the same names)."""
-    source = inspect.getsource(fn)
-    helpers = {name for name in re.findall(r"\b(_\w+)\(", source) if callable(getattr(module, name, None))}
-    sources = [source] + [inspect.getsource(getattr(module, name)) for name in helpers - {fn.__name__}]
+    helpers Helion traces through (tuned._helpers; they take the kernel's tensors under the same names)."""
+    sources = [inspect.getsource(f) for f in [fn, *tuned._helpers(fn)]]
     return {name for text in sources for name in re.findall(r"hl\.store\(\s*(\w+)", text)}
 
 
@@ -812,7 +810,7 @@ def test_prefill_search_zeroes_or_restores_exactly_what_each_kernel_writes():
 
     for short, fn in prefill._FNS.items():
         listed = set(autotune.PREFILL_OUTPUTS[short]) | set(autotune.PREFILL_INOUT.get(short, ()))
-        assert listed == _stored_parameters(fn, prefill), short
+        assert listed == _stored_parameters(fn), short
         assert listed <= set(inspect.signature(fn).parameters), short
     restored = {n for names in autotune.PREFILL_INOUT.values() for n in names}
     assert set(autotune.PREFILL_RESTORED_IN_GRAPH) <= restored
