@@ -7,15 +7,17 @@ and `kdakit kernels autotune` measure that on a GPU.
 
     python -m kdakit.kernels.tools.ptxas [--configs '{"state": {...}}'] [--loops]
 
-`--loops` adds each kernel's SASS size and its innermost tensor-core loop: a step's instructions, its dots and
-the waits on them, its async copies. `compile_for_hopper`, `report` and `loop_report` take a `module`, so a
-variant of kernels/prefill.py (same kernel registry) compiles the same way.
+`--loops` adds each kernel's SASS size and its innermost tensor-core loop: a step's instructions, its dots
+(how many take their A operand from registers), the waits on them, its async and tensor-memory copies.
+`compile_for_hopper`, `report` and `loop_report` take a `module`, so a variant of kernels/prefill.py (same
+kernel registry) compiles the same way; Helion's tensor descriptors are compiled as on a Hopper GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import importlib.util
 import inspect
 import json
@@ -25,8 +27,10 @@ import subprocess
 import sys
 import tempfile
 
+import helion
 import torch
 import triton
+from helion import _compat as helion_compat
 from kdakit.kernels import prefill, shapes
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -105,13 +109,30 @@ def _host_constexprs(jit, code: str) -> dict[str, int]:
     return values
 
 
+@contextlib.contextmanager
+def _tensor_descriptors_as_on_hopper():
+    """Helion offers tensor descriptors (TMA) only where a GPU of capability 9 or newer is present, and
+    otherwise lowers `indexing="tensor_descriptor"` to pointer loads: on this machine that would compile
+    another kernel than a Hopper GPU runs."""
+    saved = helion_compat._supports_tensor_descriptor
+    helion_compat._supports_tensor_descriptor = lambda: True
+    try:
+        yield
+    finally:
+        helion_compat._supports_tensor_descriptor = saved
+
+
 def compile_for_hopper(name: str, args: tuple, workdir: str, module=None):
     """Helion's Triton code for the kernel's configured block sizes, compiled for sm_90a with the launcher's
     specializations. `module`: a prefill module with kdakit's kernel registry (default: kdakit's own; a
     variant module of the same layout compiles the same way). Returns Triton's compiled kernel."""
     module = module or prefill
     config = module._kernels[name].configs[0]
-    code = module._kernels[name].bind(args).to_triton_code(config)
+    # a kernel object of its own: a bound kernel traced here without descriptors would be reused otherwise
+    kernel = helion.kernel(module._FNS[name], static_shapes=False, config=config,
+                           ignore_warnings=module._IGNORED)  # fmt: skip
+    with _tensor_descriptors_as_on_hopper():
+        code = kernel.bind(args).to_triton_code(config)
     path = os.path.join(workdir, f"{name}.py")
     with open(path, "w") as f:
         f.write(code)
@@ -202,9 +223,12 @@ def loop_report(name: str, args: tuple, workdir: str, module=None, compiled=None
         return f"{name:10s} {total} instructions; no loop with tensor-core instructions"
     counts = opcodes(body)
     waits = sum(1 for i in body if i.startswith("WARPGROUP.DEPBAR"))
+    # a wgmma takes A from shared memory (a descriptor) or from registers, which something had to fill
+    a_from_registers = sum(1 for i in body if re.match(r"HGMMA\.\S+ R\d+, R\d+", i))
     return (
-        f"{name:10s} {total} instructions; dot loop {len(body)}: HGMMA {counts['HGMMA']}, "
-        f"HMMA {counts['HMMA']}, wgmma waits {waits}, LDGSTS {counts['LDGSTS']}, "
+        f"{name:10s} {total} instructions; dot loop {len(body)}: HGMMA {counts['HGMMA']} "
+        f"({a_from_registers} with A from registers), HMMA {counts['HMMA']}, wgmma waits {waits}, "
+        f"LDGSTS {counts['LDGSTS']}, TMA copies {counts['UTMALDG']}, LDSM {counts['LDSM']}, "
         f"spills {counts['LDL'] + counts['STL']}"
     )
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import inspect
 import tempfile
+import types
 
+import helion
+import helion.language as hl
 import torch
 from kdakit.kernels import prefill
 from kdakit.kernels.tools import ptxas as P
@@ -82,6 +85,37 @@ def test_dot_loop_is_the_innermost_loop_that_issues_tensor_core_instructions():
                     "WARPGROUP.DEPBAR.LE gsb0, 0x0", "@P0  BRA `(.L_x_1)"]  # fmt: skip
     assert P.opcodes(body) == {"WARPGROUP": 2, "HGMMA": 1, "BRA": 1}
     assert P.dot_loop(_LISTING.replace("HGMMA", "FFMA"))[0] is None, "a loop without dots is no dot loop"
+
+
+def test_loop_report_counts_dots_that_take_a_from_registers(monkeypatch):
+    monkeypatch.setattr(P, "sass", lambda *args, **kw: _LISTING)
+    assert "HGMMA 1 (0 with A from registers)" in P.loop_report("x", (), "")
+    from_registers = _LISTING.replace("R24, gdesc[UR8], R24", "R24, R40, gdesc[UR8].tnspB, R24")
+    monkeypatch.setattr(P, "sass", lambda *args, **kw: from_registers)
+    assert "HGMMA 1 (1 with A from registers)" in P.loop_report("x", (), "")
+
+
+def _scale_rows_fn(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    hl.specialize((src.size(1), src.stride(0), dst.stride(0)))
+    for tile_m, tile_n in hl.tile(src.size()):
+        dst[tile_m, tile_n] = src[tile_m, tile_n] * 2
+    return dst
+
+
+def test_tensor_descriptor_indexing_compiles_to_tensor_memory_copies_as_on_hopper():
+    """Helion offers tensor descriptors only with a Hopper GPU present; the compile here must still give the
+    kernel such a GPU runs (the tuned configs ask for descriptors on some loads)."""
+    rows = (torch.empty(128, 64, dtype=torch.bfloat16), torch.empty(128, 64, dtype=torch.bfloat16))
+    copies = {}
+    for indexing in ("pointer", "tensor_descriptor"):
+        config = helion.Config(block_sizes=[64, 64], indexing=indexing)
+        kernel = helion.kernel(_scale_rows_fn, static_shapes=False, config=config)
+        registry = {"_FNS": {"scale": _scale_rows_fn}, "_IGNORED": [], "_kernels": {"scale": kernel}}
+        module = types.SimpleNamespace(**registry)
+        with tempfile.TemporaryDirectory() as workdir:
+            listing = P.sass("scale", rows, workdir, module)
+        copies[indexing] = (listing.count("UTMALDG"), listing.count("UTMASTG"))
+    assert copies == {"pointer": (0, 0), "tensor_descriptor": (1, 1)}
 
 
 def test_state_pass_step_waits_once_on_each_of_its_dots():
