@@ -151,11 +151,14 @@ def compile_for_hopper(name: str, args: tuple, workdir: str, module=None):
     constants.update(_host_constexprs(jit, code))
     for arg in constants:
         signature[arg] = "constexpr"
-    warps, stages = config.config.get("num_warps", 4), config.config.get("num_stages", 1)
-    return triton.compile(
-        ASTSource(jit, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
-        options={"num_warps": warps, "num_stages": stages},
-    )  # fmt: skip
+    options = {
+        "num_warps": config.config.get("num_warps", 4),
+        "num_stages": config.config.get("num_stages", 1),
+    }
+    if config.config.get("maxnreg"):  # the register cap Helion passes to the launch
+        options["maxnreg"] = config.config["maxnreg"]
+    return triton.compile(ASTSource(jit, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
+                          options=options)  # fmt: skip
 
 
 def _tool(name: str) -> str:

@@ -58,6 +58,17 @@ def test_a_kernel_with_reduction_constexprs_compiles_for_hopper():
     assert line.startswith("intra") and "registers" in line and "smem=" in line
 
 
+def test_a_register_cap_in_the_config_reaches_the_compile():
+    """A config's `maxnreg` is a launch option on the GPU; compiled without it, intra reports its 255."""
+    prefill.configure({"intra": {**prefill.DEFAULT_CONFIGS["intra"], "maxnreg": 128}})
+    try:
+        with tempfile.TemporaryDirectory() as workdir:
+            line = P.report("intra", P.example_args()["intra"], workdir)
+    finally:
+        prefill.configure({})
+    assert int(line.split("Used ")[1].split(" registers")[0]) <= 128, line
+
+
 _LISTING = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
 .L_x_0:

@@ -1,0 +1,21 @@
+# Call, after setup-calls.sh; carry [".whl", ".carry"]. Intra with its registers capped at 128 (16 one-warp
+# programs an SM instead of 8) against main, every kernel at its module default; then served prefill and the
+# prefill bench (every arm, 16 heads) of main with its shipped configs. Rows written as they finish.
+set -u
+mkdir -p $OUT/r
+( while sleep 10; do tar czf $OUT/results.tgz -C $OUT r 2>/dev/null; done ) & packer=$!
+source .carry/gpu-host/setup.sh > $OUT/r/setup.log 2>&1
+export KDA_STUBS=sgl_kernel
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $OUT/r/env.txt
+python3 -P -c "import torch, triton, importlib.metadata as m; print(torch.__version__, triton.__version__, m.version('helion'), m.version('sglang'), m.version('fla-core'))" >> $OUT/r/env.txt 2>&1
+echo "setup t=$SECONDS" >> $OUT/r/times.txt
+KDAKIT_KERNEL_CONFIGS=default timeout 170 python3 -P .carry/calls/cprobe.py "1x4096:16,8x512:16" \
+  $OUT/r/intra.jsonl main,prefill_intra_r128,prefill_intra_k16r128 > $OUT/r/cprobe.log 2>&1
+echo "cprobe rc=$? t=$SECONDS" >> $OUT/r/times.txt
+timeout 150 .carry/calls/kd kernels served --arms helion,triton --reps 3 --results-dir $OUT/r/served \
+  --run-id vm > $OUT/r/served.log 2>&1
+echo "served rc=$? t=$SECONDS" >> $OUT/r/times.txt
+timeout $(( 585 - SECONDS )) .carry/calls/kd kernels bench --phases prefill --repeats 2 \
+  --results-dir $OUT/r/bench --run-id vm > $OUT/r/bench.log 2>&1
+echo "bench rc=$? t=$SECONDS" >> $OUT/r/times.txt
+kill $packer; tar czf $OUT/results.tgz -C $OUT r
