@@ -1,6 +1,7 @@
 # Call, after setup-calls.sh; carry [".whl", ".carry"]. Intra with its registers capped at 128 (16 one-warp
 # programs an SM instead of 8) against main, every kernel at its module default; then served prefill and the
-# prefill bench (every arm, 16 heads) of main with its shipped configs. Rows written as they finish.
+# prefill bench (every arm, 16 heads) of main with its shipped configs, up to CALL_LIMIT s (default 585). Rows
+# written as they finish.
 set -u
 mkdir -p $OUT/r
 ( while sleep 10; do tar czf $OUT/results.tgz -C $OUT r 2>/dev/null; done ) & packer=$!
@@ -15,7 +16,7 @@ echo "cprobe rc=$? t=$SECONDS" >> $OUT/r/times.txt
 timeout 150 .carry/calls/kd kernels served --arms helion,triton --reps 3 --results-dir $OUT/r/served \
   --run-id vm > $OUT/r/served.log 2>&1
 echo "served rc=$? t=$SECONDS" >> $OUT/r/times.txt
-timeout $(( 585 - SECONDS )) .carry/calls/kd kernels bench --phases prefill --repeats 2 \
+timeout $(( ${CALL_LIMIT:-585} - SECONDS )) .carry/calls/kd kernels bench --phases prefill --repeats 2 \
   --results-dir $OUT/r/bench --run-id vm > $OUT/r/bench.log 2>&1
 echo "bench rc=$? t=$SECONDS" >> $OUT/r/times.txt
 kill $packer; tar czf $OUT/results.tgz -C $OUT r
