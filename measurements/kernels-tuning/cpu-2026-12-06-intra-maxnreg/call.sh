@@ -1,5 +1,6 @@
 # Call, after setup-calls.sh; carry [".whl", ".carry"]. Intra with its registers capped at 128 (16 one-warp
-# programs an SM instead of 8) against main, every kernel at its module default; then served prefill and the
+# programs an SM instead of 8), and intra as one program a block pair (default and capped), against main,
+# every kernel at its module default; then served prefill and the
 # prefill bench (every arm, 16 heads) of main with its shipped configs, up to CALL_LIMIT s (default 585). Rows
 # written as they finish.
 set -u
@@ -10,8 +11,8 @@ export KDA_STUBS=sgl_kernel
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $OUT/r/env.txt
 python3 -P -c "import torch, triton, importlib.metadata as m; print(torch.__version__, triton.__version__, m.version('helion'), m.version('sglang'), m.version('fla-core'))" >> $OUT/r/env.txt 2>&1
 echo "setup t=$SECONDS" >> $OUT/r/times.txt
-KDAKIT_KERNEL_CONFIGS=default timeout 170 python3 -P .carry/calls/cprobe.py "1x4096:16,8x512:16" \
-  $OUT/r/intra.jsonl main,prefill_intra_r128,prefill_intra_k16r128 > $OUT/r/cprobe.log 2>&1
+KDAKIT_KERNEL_CONFIGS=default timeout 220 python3 -P .carry/calls/cprobe.py "1x4096:16,8x512:16" \
+  $OUT/r/intra.jsonl main,prefill_intra_r128,prefill_intra_pairs,prefill_intra_pairs_r128 > $OUT/r/cprobe.log 2>&1
 echo "cprobe rc=$? t=$SECONDS" >> $OUT/r/times.txt
 timeout 150 .carry/calls/kd kernels served --arms helion,triton --reps 3 --results-dir $OUT/r/served \
   --run-id vm > $OUT/r/served.log 2>&1

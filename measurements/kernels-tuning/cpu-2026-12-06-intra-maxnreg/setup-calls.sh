@@ -1,16 +1,19 @@
 # On the CPU machine, from the repository root: the GPU host's bundle, and in .carry/calls/ (git-ignored)
-# two copies of kernels/prefill.py whose intra default config caps registers at 128 (K slice 32 and 16),
-# cprobe.py from ../cpu-2026-12-05-state-fold/ and the kit's CLI with the host's stand-ins.
+# copies of kernels/prefill.py: intra's default config capped at 128 registers (r128); intra as one program
+# a block pair (intra-pairs.diff), at its default and capped; cprobe.py from ../cpu-2026-12-05-state-fold/
+# and the kit's CLI with the host's stand-ins.
 set -eu
+A=measurements/kernels-tuning/cpu-2026-12-06-intra-maxnreg
 bash ../shared/tools/gpu-host/bundle.sh
 python3 -m pip download -q --no-deps --only-binary=:all: -d .whl fla-core==0.6.0 einops==0.8.2
 mkdir -p .carry/calls
 intra='    "intra": {"block_sizes": [32], "num_warps": 1, "num_stages": 2, "indexing": "pointer"},  # [K slice]'
-for variant in "r128 32" "k16r128 16"; do
+capped='    "intra": {"block_sizes": [32], "num_warps": 1, "num_stages": 2, "indexing": "pointer", "maxnreg": 128},'
+cp kernels/prefill.py .carry/calls/prefill_intra_pairs.py
+patch -s --fuzz=0 --no-backup-if-mismatch .carry/calls/prefill_intra_pairs.py < $A/intra-pairs.diff
+for variant in "prefill.py intra_r128" "../.carry/calls/prefill_intra_pairs.py intra_pairs_r128"; do
   set -- $variant
-  capped="    \"intra\": {\"block_sizes\": [$2], \"num_warps\": 1, \"num_stages\": 2, \"indexing\": \"pointer\", \"maxnreg\": 128},"
-  grep -qxF "$intra" kernels/prefill.py
-  python3 - "$intra" "$capped" kernels/prefill.py .carry/calls/prefill_intra_$1.py <<'PY'
+  python3 - "$intra" "$capped" kernels/$1 .carry/calls/prefill_$2.py <<'PY'
 import sys
 old, new, src, dst = sys.argv[1:]
 text = open(src).read()
