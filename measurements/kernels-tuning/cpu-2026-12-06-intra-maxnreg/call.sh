@@ -14,10 +14,17 @@ echo "setup t=$SECONDS" >> $OUT/r/times.txt
 KDAKIT_KERNEL_CONFIGS=default timeout 220 python3 -P .carry/calls/cprobe.py "1x4096:16,8x512:16" \
   $OUT/r/intra.jsonl main,prefill_intra_r128,prefill_intra_pairs,prefill_intra_pairs_r128 > $OUT/r/cprobe.log 2>&1
 echo "cprobe rc=$? t=$SECONDS" >> $OUT/r/times.txt
-timeout 150 .carry/calls/kd kernels served --arms helion,triton --reps 3 --results-dir $OUT/r/served \
-  --run-id vm > $OUT/r/served.log 2>&1
-echo "served rc=$? t=$SECONDS" >> $OUT/r/times.txt
-timeout $(( ${CALL_LIMIT:-585} - SECONDS )) .carry/calls/kd kernels bench --phases prefill --repeats 2 \
-  --results-dir $OUT/r/bench --run-id vm > $OUT/r/bench.log 2>&1
-echo "bench rc=$? t=$SECONDS" >> $OUT/r/times.txt
+limit=${CALL_LIMIT:-585}
+left() { echo $(( limit - SECONDS )); }
+# each later step only when enough of the call is left (served prefill needs about 120 s)
+if [ $(left) -gt 120 ]; then
+  timeout $(( $(left) < 150 ? $(left) : 150 )) .carry/calls/kd kernels served --arms helion,triton --reps 3 \
+    --results-dir $OUT/r/served --run-id vm > $OUT/r/served.log 2>&1
+  echo "served rc=$? t=$SECONDS" >> $OUT/r/times.txt
+fi
+if [ $(left) -gt 90 ]; then
+  timeout $(left) .carry/calls/kd kernels bench --phases prefill --repeats 2 \
+    --results-dir $OUT/r/bench --run-id vm > $OUT/r/bench.log 2>&1
+  echo "bench rc=$? t=$SECONDS" >> $OUT/r/times.txt
+fi
 kill $packer; tar czf $OUT/results.tgz -C $OUT r
