@@ -11,11 +11,11 @@ export KDA_STUBS=sgl_kernel
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $OUT/r/env.txt
 python3 -P -c "import torch, triton, importlib.metadata as m; print(torch.__version__, triton.__version__, m.version('helion'), m.version('sglang'), m.version('fla-core'))" >> $OUT/r/env.txt 2>&1
 echo "setup t=$SECONDS" >> $OUT/r/times.txt
-KDAKIT_KERNEL_CONFIGS=default timeout 220 python3 -P .carry/calls/cprobe.py "1x4096:16,8x512:16" \
-  $OUT/r/intra.jsonl main,prefill_intra_r128,prefill_intra_pairs,prefill_intra_pairs_r128 > $OUT/r/cprobe.log 2>&1
-echo "cprobe rc=$? t=$SECONDS" >> $OUT/r/times.txt
 limit=${CALL_LIMIT:-585}
 left() { echo $(( limit - SECONDS )); }
+KDAKIT_KERNEL_CONFIGS=default timeout $(( $(left) < 220 ? $(left) : 220 )) python3 -P .carry/calls/cprobe.py "1x4096:16,8x512:16" \
+  $OUT/r/intra.jsonl main,prefill_intra_r128,prefill_intra_pairs,prefill_intra_pairs_r128 > $OUT/r/cprobe.log 2>&1
+echo "cprobe rc=$? t=$SECONDS" >> $OUT/r/times.txt
 # each later step only when enough of the call is left (served prefill needs about 120 s)
 if [ $(left) -gt 120 ]; then
   timeout $(( $(left) < 150 ? $(left) : 150 )) .carry/calls/kd kernels served --arms helion,triton --reps 3 \
