@@ -1,5 +1,5 @@
 # Call, after setup-calls.sh; carry [".whl", ".carry"]. Intra with its registers capped at 128 (16 one-warp
-# programs an SM instead of 8), and intra as one program a block pair (default and capped), against main,
+# programs an SM instead of 8), and intra as one program a block pair (default, capped, K slice 16), against main,
 # every kernel at its module default; then served prefill and the
 # prefill bench (every arm, 16 heads) of main with its shipped configs, up to CALL_LIMIT s (default 585). Rows
 # written as they finish.
@@ -14,7 +14,7 @@ echo "setup t=$SECONDS" >> $OUT/r/times.txt
 limit=${CALL_LIMIT:-585}
 left() { echo $(( limit - SECONDS )); }
 KDAKIT_KERNEL_CONFIGS=default timeout $(( $(left) < 220 ? $(left) : 220 )) python3 -P .carry/calls/cprobe.py "1x4096:16,8x512:16" \
-  $OUT/r/intra.jsonl main,prefill_intra_r128,prefill_intra_pairs,prefill_intra_pairs_r128 > $OUT/r/cprobe.log 2>&1
+  $OUT/r/intra.jsonl main,prefill_intra_r128,prefill_intra_pairs,prefill_intra_pairs_r128,prefill_intra_pairs_k16 > $OUT/r/cprobe.log 2>&1
 echo "cprobe rc=$? t=$SECONDS" >> $OUT/r/times.txt
 # each later step only when enough of the call is left (served prefill needs about 120 s)
 if [ $(left) -gt 120 ]; then
