@@ -23,13 +23,18 @@ def test_launch_specialization_mirrors_tritons_launcher():
     assert attrs == {(0,): divisible, (1,): divisible, (4,): divisible}
 
 
-def _state_shared_memory(stages: int) -> int:
-    prefill.configure({"state": {**prefill.DEFAULT_CONFIGS["state"], "num_stages": stages}})
+def _report_with(name: str, **changes) -> str:
+    """ptxas's report of one kernel at its module default with `changes` to its config."""
+    prefill.configure({name: {**prefill.DEFAULT_CONFIGS[name], **changes}})
     try:
         with tempfile.TemporaryDirectory() as workdir:
-            line = P.report("state", P.example_args()["state"], workdir)
+            return P.report(name, P.example_args()[name], workdir)
     finally:
         prefill.configure({})
+
+
+def _state_shared_memory(stages: int) -> int:
+    line = _report_with("state", num_stages=stages)
     return int(line.split("smem=")[1].split()[0])
 
 
@@ -60,12 +65,7 @@ def test_a_kernel_with_reduction_constexprs_compiles_for_hopper():
 
 def test_a_register_cap_in_the_config_reaches_the_compile():
     """A config's `maxnreg` is a launch option on the GPU; compiled without it, intra reports its 255."""
-    prefill.configure({"intra": {**prefill.DEFAULT_CONFIGS["intra"], "maxnreg": 128}})
-    try:
-        with tempfile.TemporaryDirectory() as workdir:
-            line = P.report("intra", P.example_args()["intra"], workdir)
-    finally:
-        prefill.configure({})
+    line = _report_with("intra", maxnreg=128)
     assert int(line.split("Used ")[1].split(" registers")[0]) <= 128, line
 
 
