@@ -8,7 +8,8 @@ and `kdakit kernels autotune` measure that on a GPU.
     python -m kdakit.kernels.tools.ptxas [--configs '{"state": {...}}'] [--loops]
 
 `--loops` adds each kernel's SASS size and its innermost tensor-core loop: a step's instructions, its dots
-(how many take their A operand from registers), the waits on them, its async and tensor-memory copies.
+(how many take their A operand from registers), the waits on them, its async and tensor-memory copies,
+its special-function ops (MUFU: exp2, rsqrt).
 `compile_for_hopper`, `report` and `loop_report` take a `module`, so a variant of kernels/prefill.py (same
 kernel registry) compiles the same way; Helion's tensor descriptors are compiled as on a Hopper GPU.
 """
@@ -31,9 +32,15 @@ import helion
 import torch
 import triton
 from helion import _compat as helion_compat
+from helion.autotuner import config_spec as helion_config_spec
 from kdakit.kernels import prefill, shapes
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+
+# H100 SXM and H200: the SMs a persistent grid's constexpr `_NUM_SM` is sized for; the register file a
+# register cap is checked against
+HOPPER_SMS = 132
+HOPPER_REGISTERS_PER_SM = 65536
 
 _PTR = {torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32", torch.int64: "*i64"}
 
@@ -101,7 +108,9 @@ def _host_constexprs(jit, code: str) -> dict[str, int]:
     Helion's host code assigns them before the launch."""
     values = {}
     for param in jit.params:
-        if param.is_constexpr:
+        if param.name == "_NUM_SM":  # a persistent grid; the host asks the GPU
+            values[param.name] = HOPPER_SMS
+        elif param.is_constexpr:
             match = re.search(rf"^\s+{param.name} = (\d+)$", code, re.M)
             if match is None:
                 raise ValueError(f"no value for the constexpr {param.name} in the host code")
@@ -110,16 +119,21 @@ def _host_constexprs(jit, code: str) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def _tensor_descriptors_as_on_hopper():
-    """Helion offers tensor descriptors (TMA) only where a GPU of capability 9 or newer is present, and
-    otherwise lowers `indexing="tensor_descriptor"` to pointer loads: on this machine that would compile
-    another kernel than a Hopper GPU runs."""
-    saved = helion_compat._supports_tensor_descriptor
+def _as_on_hopper():
+    """Helion decides two things by the GPU present: it offers tensor descriptors (TMA) only with a GPU of
+    capability 9 or newer (otherwise `indexing="tensor_descriptor"` lowers to pointer loads), and it
+    validates `maxnreg` only where CUDA is available (it takes a persistent `pid_type` there). On this
+    machine both would compile, or accept, another kernel than a Hopper GPU runs."""
+    saved = (helion_compat._supports_tensor_descriptor, helion_compat._supports_maxnreg,
+             helion_config_spec._regs_per_block)  # fmt: skip
     helion_compat._supports_tensor_descriptor = lambda: True
+    helion_compat._supports_maxnreg = lambda: True
+    helion_config_spec._regs_per_block = lambda: HOPPER_REGISTERS_PER_SM
     try:
         yield
     finally:
-        helion_compat._supports_tensor_descriptor = saved
+        (helion_compat._supports_tensor_descriptor, helion_compat._supports_maxnreg,
+         helion_config_spec._regs_per_block) = saved  # fmt: skip
 
 
 def compile_for_hopper(name: str, args: tuple, workdir: str, module=None):
@@ -131,7 +145,7 @@ def compile_for_hopper(name: str, args: tuple, workdir: str, module=None):
     # a kernel object of its own: a bound kernel traced here without descriptors would be reused otherwise
     kernel = helion.kernel(module._FNS[name], static_shapes=False, config=config,
                            ignore_warnings=module._IGNORED)  # fmt: skip
-    with _tensor_descriptors_as_on_hopper():
+    with _as_on_hopper():
         code = kernel.bind(args).to_triton_code(config)
     path = os.path.join(workdir, f"{name}.py")
     with open(path, "w") as f:
@@ -232,7 +246,7 @@ def loop_report(name: str, args: tuple, workdir: str, module=None, compiled=None
         f"{name:10s} {total} instructions; dot loop {len(body)}: HGMMA {counts['HGMMA']} "
         f"({a_from_registers} with A from registers), HMMA {counts['HMMA']}, wgmma waits {waits}, "
         f"LDGSTS {counts['LDGSTS']}, TMA copies {counts['UTMALDG']}, LDSM {counts['LDSM']}, "
-        f"spills {counts['LDL'] + counts['STL']}"
+        f"MUFU {counts['MUFU']}, spills {counts['LDL'] + counts['STL']}"
     )
 
 

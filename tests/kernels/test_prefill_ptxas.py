@@ -4,11 +4,13 @@ shared-memory and register counts are those of the kernel a GPU runs."""
 from __future__ import annotations
 
 import inspect
+import os
 import tempfile
 import types
 
 import helion
 import helion.language as hl
+import pytest
 import torch
 from kdakit.kernels import prefill
 from kdakit.kernels.tools import ptxas as P
@@ -65,8 +67,32 @@ def test_a_kernel_with_reduction_constexprs_compiles_for_hopper():
 
 def test_a_register_cap_in_the_config_reaches_the_compile():
     """A config's `maxnreg` is a launch option on the GPU; compiled without it, intra reports its 255."""
-    line = _report_with("intra", maxnreg=128)
+    line = _report_with("intra", maxnreg=128, pid_type="persistent_blocked")
     assert int(line.split("Used ")[1].split(" registers")[0]) <= 128, line
+
+
+def test_the_compile_refuses_a_register_cap_where_a_gpu_refuses_it():
+    """On a GPU, Helion takes `maxnreg` only with a persistent grid; it checks only where CUDA is available,
+    so without the tool's care a CPU compile reports a kernel no GPU would launch."""
+    with pytest.raises(helion.exc.InvalidConfig, match="maxnreg=128 can only be used with persistent"):
+        _report_with("intra", maxnreg=128)
+
+
+def test_each_exp2_factor_of_intras_k_step_is_computed_once():
+    """Triton's layout pass computes a pure elementwise op again in every layout its consumers want; intra's
+    exp2 factors feed a dot operand and a blocked layout, and computed twice they nearly doubled the step's
+    MUFU work. One [16, K slice] factor on one warp is 16 * K slice / 32 exp2 a thread."""
+    config = prefill.DEFAULT_CONFIGS["intra"]
+    assert config["num_warps"] == 1
+    per_factor = 16 * config["block_sizes"][0] // 32
+    with tempfile.TemporaryDirectory() as workdir:
+        compiled = P.compile_for_hopper("intra", P.example_args()["intra"], workdir)
+        with open(os.path.join(workdir, "intra.py")) as f:
+            factors = f.read().count("ex2.approx.ftz.f32")
+        body, _ = P.dot_loop(P.sass("intra", P.example_args()["intra"], workdir, compiled=compiled))
+    exps = sum(1 for instruction in body if instruction.startswith("MUFU.EX2"))
+    assert factors == 6, "intra's K step forms six exp2 factors (diagonal 2, left 1, three blocks j < i)"
+    assert exps == factors * per_factor, f"{exps} MUFU.EX2 in the K step for {factors} factors"
 
 
 _LISTING = """
