@@ -22,7 +22,8 @@ bandwidth-bound.
    slices, the q/k L2 norms applied to the dot results (and stored for `recompute`); the diagonal block
    factorised around its middle row, the blocks left of it around the block's first row (so exp never
    overflows). One K loop: each slice of block i is loaded and scaled once and serves the diagonal block
-   and every earlier block j < i (three guarded static blocks).
+   and every earlier block j < i (three guarded static blocks); each exp2 factor is computed in one layout
+   and converted (`_EXP2_ONCE`), not recomputed for each consumer.
 3. `solve`: one program per (chunk, value head): Tinv = (I + L)^-1 row block by row block (diagonal blocks
    by the nilpotent product formula, the rest by block substitution), stored as 64-wide bf16 rows.
 4. `recompute`: one program per (chunk, value head, 64-column tile): U = Tinv diag(beta) v (written over
@@ -197,11 +198,20 @@ def _gate_cumsum_fn(
 # --------------------------------------------------------------------------------------------------------
 
 
+# exp2 as the one instruction tl.exp2 lowers to (ex2.approx.ftz.f32), but opaque to Triton's layout pass:
+# a pure op there is computed again in every layout a consumer wants (intra's [16, K slice] factors feed a
+# dot operand and a blocked layout), which nearly doubled intra's MUFU work a K step
+_EXP2_ONCE = (
+    'tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [tl.clamp({0}, -126.0, 126.0)], '
+    "dtype=tl.float32, is_pure=False, pack=1)"
+)
+
+
 def _exp2c(x: torch.Tensor) -> torch.Tensor:
     # clamped so exp2 stays finite in fp32 (see the numerical limit in the module docstring). Triton's
     # clamp is one min/max pair; torch.clamp lowers to NaN-propagating compares and selects, a third of
     # intra's instructions per K slice. The two differ only on NaN input.
-    return hl.inline_triton("tl.exp2(tl.clamp({0}, -126.0, 126.0))", args=(x,), output_like=x)
+    return hl.inline_triton(_EXP2_ONCE, args=(x,), output_like=x)
 
 
 def _dot32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

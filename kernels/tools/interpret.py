@@ -102,8 +102,10 @@ def _decode_bf16_dot() -> None:
 
 
 # Inline PTX the kit's kernels use, as numpy: mul.rn.f32 by a constant (a multiply rounded on its own, which
-# LLVM may not contract into an fma). Any other asm still fails, as in plain Triton.
+# LLVM may not contract into an fma) and ex2.approx.ftz.f32 (exp2, subnormal results flushed to zero). Any
+# other asm still fails, as in plain Triton.
 _MUL_RN_F32 = re.compile(r"\s*mul\.rn\.f32 \$0, \$1, 0f([0-9A-Fa-f]{8});\s*")
+_EX2_FTZ_F32 = re.compile(r"\s*ex2\.approx\.ftz\.f32 \$0, \$1;\s*")
 
 
 def _known_inline_asm() -> None:
@@ -119,6 +121,10 @@ def _known_inline_asm() -> None:
             return self.handles[i]
 
     def create_inline_asm(self, asm, constraints, values, types, is_pure, pack):
+        if len(values) == 1 and _EX2_FTZ_F32.fullmatch(asm):
+            power = np.exp2(values[0].data.astype(np.float32))
+            flushed = np.where(np.abs(power) < np.finfo(np.float32).tiny, np.float32(0), power)
+            return _Results([interpreter.TensorHandle(flushed.astype(np.float32), tl.float32)])
         match = _MUL_RN_F32.fullmatch(asm)
         if match is None or len(values) != 1:
             raise NotImplementedError(f"inline asm the interpreter shim does not know: {asm!r}")

@@ -79,15 +79,17 @@ def kernel(x_ptr, y_ptr, q_ptr, ASM: tl.constexpr):
 
 def test_the_shim_runs_the_inline_ptx_the_kernels_use_and_refuses_other_asm(tmp_path):
     """prefill's gate rounds x * log2(e) on its own with inline `mul.rn.f32` and divides with
-    `fast_dividef`: under the interpreter both run in fp32 numpy; asm the shim does not know fails loudly
-    instead of returning nothing."""
+    `fast_dividef`, intra forms its decay factors with `ex2.approx.ftz.f32`: under the interpreter they run
+    in fp32 numpy; asm the shim does not know fails loudly instead of returning nothing."""
     (tmp_path / "kdakit_interpret_asm.py").write_text(ASM_KERNEL)
-    x = torch.tensor([0.0, 1.0, -2.5, 3.1, 1e-3, 7.0, -100.0, 0.3])
+    x = torch.tensor([0.0, 1.0, -2.5, 3.1, 1e-3, 7.0, -100.0, -130.0])
     y, q = torch.empty(8), torch.empty(8)
     try:
         with interpreter():
             module = _load(tmp_path / "kdakit_interpret_asm.py", "kdakit_interpret_asm")
             module.kernel[(1,)](x, y, q, "mul.rn.f32 $0, $1, 0f3FB8AA3B;")
+            power = torch.empty(8)
+            module.kernel[(1,)](x, power, q, "ex2.approx.ftz.f32 $0, $1;")
             refused = None
             try:
                 module.kernel[(1,)](x, y.clone(), q, "add.rn.f32 $0, $1, $1;")
@@ -97,4 +99,6 @@ def test_the_shim_runs_the_inline_ptx_the_kernels_use_and_refuses_other_asm(tmp_
         sys.modules.pop("kdakit_interpret_asm", None)
     assert torch.equal(y, x * torch.tensor(1.4426950216293335, dtype=torch.float32))
     assert torch.equal(q, x / 3.0)
+    # exp2 in fp32 (to an ulp); 2^-130 is subnormal, flushed to zero as the instruction does
+    assert torch.allclose(power[:7], torch.exp2(x[:7]), rtol=3e-7, atol=0.0) and power[7] == 0.0
     assert refused is not None and "does not know" in refused and "add.rn.f32" in refused
