@@ -19,6 +19,7 @@ import json
 import math
 import platform
 import socket
+import statistics
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -322,13 +323,22 @@ def run_arms(
     time_arm: Callable,
     repeats: int = 1,
     band_pct: float = BenchConfig.band_pct,
+    progress: Callable[[str, dict], None] | None = None,
 ) -> None:
     """Check every arm of `phase` into row["arms"], then time them in `repeats` rotated rounds (time_rounds)
     and compare kdakit's with each other arm by round (row["kdakit_vs"], with >= 2 rounds).
     observe(arm, fn) -> ({name: tensor}, {flag: bool}) runs the arm once on the check inputs; the first arm
     that runs (SGLang's Triton) is the reference the others' relative errors are measured against.
     time_arm(arm, fn) -> one round's samples ({"samples_us": [...], ...}). An arm that raises is recorded
-    ("missing" where SGLang's CUDA-JIT toolchain is absent, else "failed")."""
+    ("missing" where SGLang's CUDA-JIT toolchain is absent, else "failed").
+    progress(message, row), if given, follows each check and each timed round (a first call compiles, and
+    can take minutes): until the rounds are summarized, each arm's per-call medians so far are in
+    row["arms"][arm]["timed_rounds_us"]."""
+
+    def tell(message: str) -> None:
+        if progress is not None:
+            progress(message, row)
+
     reference = None
     for arm in ARMS[phase]:
         key = f"{phase}:{arm}"
@@ -347,9 +357,19 @@ def run_arms(
             row["arms"][arm] = _arm_entry("ok", check=check)
         except Exception as exc:
             row["arms"][arm] = _raised(exc)
+        tell(f"{arm} {row['arms'][arm]['status']}")
     checked = [arm for arm, entry in row["arms"].items() if entry["status"] == "ok"]
-    rounds, errors = timing.time_rounds(checked, lambda arm: time_arm(arm, arms[f"{phase}:{arm}"]), repeats)
+
+    def timed(arm: str) -> dict:
+        samples = time_arm(arm, arms[f"{phase}:{arm}"])
+        so_far = row["arms"][arm].setdefault("timed_rounds_us", [])
+        so_far.append(statistics.median(samples["samples_us"]))
+        tell(f"{arm} timed, round {len(so_far)} of {repeats}: {so_far[-1]:.2f} µs")
+        return samples
+
+    rounds, errors = timing.time_rounds(checked, timed, repeats)
     for arm in checked:
+        row["arms"][arm].pop("timed_rounds_us", None)  # the summary's rounds hold them
         if arm in errors:
             row["arms"][arm] = _raised(errors[arm])
         else:
@@ -367,7 +387,8 @@ def _time_rotating(timer: GraphTimer, calls: list[Callable[[], Any]]) -> dict:
     return dict(samples_us=timer.per_call(calls), single_samples_us=timer.single_call(calls[0]))
 
 
-def bench_decode(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer: GraphTimer, gen) -> dict:
+def bench_decode(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer: GraphTimer, gen,
+                 progress=None) -> dict:  # fmt: skip
     torch = torch_module()
     H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
     state_bytes = cost_model.state_bytes(HV, K, V)
@@ -402,11 +423,12 @@ def bench_decode(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer:
 
         return _time_rotating(timer, [make(i) for i in range(n_calls)])
 
-    run_arms("decode", row, arms, missing, observe, time_arm, cfg.repeats, cfg.band_pct)
+    run_arms("decode", row, arms, missing, observe, time_arm, cfg.repeats, cfg.band_pct, progress)
     return row
 
 
-def bench_verify(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer: GraphTimer, gen) -> dict:
+def bench_verify(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer: GraphTimer, gen,
+                 progress=None) -> dict:  # fmt: skip
     torch = torch_module()
     H, HV, K, V, T = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim, cfg.draft_tokens
     state_bytes = cost_model.state_bytes(HV, K, V)
@@ -457,12 +479,12 @@ def bench_verify(cfg: BenchConfig, batch: int, arms: dict, missing: dict, timer:
 
         return _time_rotating(timer, [make(i) for i in range(n_calls)])
 
-    run_arms("verify", row, arms, missing, observe, time_arm, cfg.repeats, cfg.band_pct)
+    run_arms("verify", row, arms, missing, observe, time_arm, cfg.repeats, cfg.band_pct, progress)
     return row
 
 
 def bench_prefill(cfg: BenchConfig, shape: tuple[int, int], arms: dict, missing: dict, timer: GraphTimer,
-                  gen, calls: int = PREFILL_CALLS) -> dict:  # fmt: skip
+                  gen, progress=None, calls: int = PREFILL_CALLS) -> dict:  # fmt: skip
     torch = torch_module()
     H, HV, K, V = cfg.heads, cfg.value_heads, cfg.head_dim, cfg.head_dim
     batch, tokens = shape
@@ -509,7 +531,7 @@ def bench_prefill(cfg: BenchConfig, shape: tuple[int, int], arms: dict, missing:
         with_restore = timer.per_call([call] * calls)
         return dict(samples_us=[s - restore_median for s in with_restore], with_restore_us=with_restore)
 
-    run_arms("prefill", row, arms, missing, observe, time_arm, cfg.repeats, cfg.band_pct)
+    run_arms("prefill", row, arms, missing, observe, time_arm, cfg.repeats, cfg.band_pct, progress)
     return row
 
 
@@ -586,6 +608,13 @@ def run(
         log(f"bf16 matmul rate {matmul['flops_per_s'] / 1e12:.0f} TFLOP/s")
     timer = GraphTimer(cfg.replays, cfg.single_replays)
     rows = []
+
+    def write_partial(rows_so_far: list[dict]) -> None:
+        if partial_path is not None:
+            partial = {"kind": "kdakit.kernels-bench.partial", "config": dataclasses.asdict(cfg)}
+            partial.update(environment=env, copy_bandwidth=bandwidth, matmul_rate=matmul, rows=rows_so_far)
+            partial_path.write_text(json.dumps(partial))
+
     # Decode and verify first (the targets), prefill last; rows are reported in the PR's order.
     for phase in sorted(cfg.phases, key=("decode", "verify", "verify-layer", "prefill").index):
         if phase == "verify-layer":
@@ -598,7 +627,15 @@ def run(
             cases = [(bench_verify, b) for b in cfg.verify_batches]
         for bench, shape in cases:
             t0 = time.time()
-            row = bench(cfg, shape, arms, missing, timer, gen)
+
+            def progress(message: str, row: dict, phase=phase, t0=t0) -> None:
+                log(f"{phase} {row['shape_label']}: {message} ({time.time() - t0:.1f} s)")
+                write_partial([*rows, {**row, "in_progress": True}])
+
+            if phase == "verify-layer":
+                row = bench(cfg, shape, arms, missing, timer, gen)
+            else:
+                row = bench(cfg, shape, arms, missing, timer, gen, progress=progress)
             row["floor_us"] = cost_model.floor_us(row["bytes"], bandwidth["bytes_per_s"])
             if "bytes_ring" in row:
                 row["floor_ring_us"] = cost_model.floor_us(row["bytes_ring"], bandwidth["bytes_per_s"])
@@ -610,10 +647,7 @@ def run(
                 for a, e in row["arms"].items()
             }
             log(f"{phase} {row['shape_label']}: {cells} ({time.time() - t0:.1f} s)")
-            if partial_path is not None:
-                partial = {"kind": "kdakit.kernels-bench.partial", "config": dataclasses.asdict(cfg)}
-                partial.update(environment=env, copy_bandwidth=bandwidth, matmul_rate=matmul, rows=rows)
-                partial_path.write_text(json.dumps(partial))
+            write_partial(rows)
             torch.cuda.empty_cache()
     rows.sort(key=lambda r: PHASES.index(r["phase"]))
     notes = []

@@ -20,7 +20,9 @@ VERIFY_ARMS = ["triton", "helion-upstream", "helion-kdakit"]
 DRIFT = [1.00, 1.06, 0.97, 1.04, 0.95, 1.02]
 
 
-def _run(times: dict[str, list[float]], repeats: int, phase: str = "verify") -> tuple[dict, list[str]]:
+def _run(
+    times: dict[str, list[float]], repeats: int, phase: str = "verify", progress=None
+) -> tuple[dict, list[str]]:
     """run_arms over fake arms: times[arm][r] is the arm's per-call median in round r (three samples around
     it). Returns the row and the order in which the arms were timed."""
     calls: list[str] = []
@@ -36,7 +38,8 @@ def _run(times: dict[str, list[float]], repeats: int, phase: str = "verify") -> 
         return {"samples_us": [t * 0.999, t, t * 1.001], "single_samples_us": [t + 2.0]}
 
     row = {"phase": phase, "shape_label": "16 × 6", "arms": {}}
-    bench.run_arms(phase, row, {f"{phase}:{a}": object() for a in times}, {}, observe, time_arm, repeats)
+    arms = {f"{phase}:{a}": object() for a in times}
+    bench.run_arms(phase, row, arms, {}, observe, time_arm, repeats, progress=progress)
     return row, calls
 
 
@@ -49,6 +52,29 @@ def _times(ratio_per_round: list[float], base: float = 40.0) -> dict[str, list[f
         "helion-upstream": [t * 1.1 for t in triton],
         "helion-kdakit": [t * q for t, q in zip(triton, ratio_per_round, strict=True)],
     }
+
+
+def test_progress_follows_each_check_and_each_timed_round_with_the_medians_so_far():
+    """A first call compiles, for minutes with some arms: the bench reports after every check and every timed
+    round, and the row it hands over holds each arm's per-call medians so far, so a run cut short keeps them
+    (the CLI writes that row to kernels-bench.partial.json)."""
+    seen = []
+
+    def progress(message, row):
+        seen.append((message, {a: list(e.get("timed_rounds_us", [])) for a, e in row["arms"].items()}))
+
+    row, _ = _run(_times([0.5, 0.5]), repeats=2, progress=progress)
+    t, u, k = VERIFY_ARMS
+    assert [m.split(":")[0] for m, _ in seen] == [
+        f"{t} ok", f"{u} ok", f"{k} ok",
+        f"{t} timed, round 1 of 2", f"{u} timed, round 1 of 2", f"{k} timed, round 1 of 2",
+        f"{u} timed, round 2 of 2", f"{k} timed, round 2 of 2", f"{t} timed, round 2 of 2",
+    ]  # fmt: skip
+    message, so_far = seen[5]
+    assert message.endswith(f"{40 * 0.5:.2f} µs")
+    assert so_far == {t: [pytest.approx(40.0)], u: [pytest.approx(44.0)], k: [pytest.approx(20.0)]}
+    assert seen[-1][1][k] == [pytest.approx(20.0), pytest.approx(40 * 1.06 * 0.5)]
+    assert all("timed_rounds_us" not in entry for entry in row["arms"].values()), "summarized at the end"
 
 
 def test_every_round_times_every_arm_once_in_a_rotated_order():
