@@ -276,13 +276,18 @@ def _off_block_step(
     return off_kk, off_qk, ssq_j
 
 
+def _inverse_norm(ssq, rows, use_l2norm):
+    """1 / ||x|| of each row from its sum of squares (eps 1e-6 inside the root, as SGLang's l2norm), or
+    ones where the L2 norm is off."""
+    if use_l2norm:
+        return torch.rsqrt(ssq + 1e-6)
+    return torch.where(rows, 1.0, 1.0)
+
+
 def _store_off_block(akk_rows, aqk_rows, row_i, m_i, b_i, rk_i, rq_i, m_j, cols_j, off_kk, off_qk, ssq_j,
                      scale, use_l2norm):  # fmt: skip
     """Block (i, j < i) of L and Aqk from its K sums, normalised and stored."""
-    if use_l2norm:
-        rk_j = torch.rsqrt(ssq_j + 1e-6)
-    else:
-        rk_j = torch.where(m_j, 1.0, 1.0)
+    rk_j = _inverse_norm(ssq_j, m_j, use_l2norm)
     off_kk = off_kk * _column(rk_i) * _row(rk_j)
     off_qk = off_qk * _column(rq_i) * _row(rk_j)
     l_off = torch.where(_column(m_i), off_kk * _column(b_i), 0.0)
@@ -426,12 +431,8 @@ def _intra_chunk_fn(
                             pick = lane[None, :] == tile_c.id
                             acc_kk = acc_kk + torch.where(pick, (ki * e).sum(1)[:, None], 0.0)
                             acc_qk = acc_qk + torch.where(pick, (qi * e).sum(1)[:, None], 0.0)
-                if use_l2norm:
-                    rk_i = torch.rsqrt(ssq_k + 1e-6)
-                    rq_i = torch.rsqrt(ssq_q + 1e-6)
-                else:
-                    rk_i = torch.where(m_i, 1.0, 1.0)
-                    rq_i = rk_i
+                rk_i = _inverse_norm(ssq_k, m_i, use_l2norm)
+                rq_i = _inverse_norm(ssq_q, m_i, use_l2norm)
                 hl.store(rnorm_k, [row_i], rk_i, extra_mask=m_i)
                 hl.store(rnorm_q, [row_i], rq_i, extra_mask=m_i)
                 acc_kk = acc_kk * rk_i[:, None] * rk_i[None, :]
