@@ -2,15 +2,9 @@
 # slice and 3 stages, every other kernel at its module default, at 1x4096 and 8x512 (16 heads) and 1x4096
 # (8 heads). Rows written as they finish.
 set -u
-mkdir -p $OUT/r
-( while sleep 10; do tar czf $OUT/results.tgz -C $OUT r 2>/dev/null; done ) & packer=$!
-source .carry/gpu-host/setup.sh > $OUT/r/setup.log 2>&1
-export KDA_STUBS=sgl_kernel
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $OUT/r/env.txt
-python3 -P -c "import torch, triton, importlib.metadata as m; print(torch.__version__, triton.__version__, m.version('helion'), m.version('sglang'))" >> $OUT/r/env.txt 2>&1
-echo "setup t=$SECONDS" >> $OUT/r/times.txt
+source measurements/kernels-tuning/cpu-2026-12-06-next-calls/preamble.sh
 KDAKIT_KERNEL_CONFIGS=default timeout $(( ${CALL_LIMIT:-585} - SECONDS )) python3 -P .carry/calls/cprobe.py \
   "1x4096:16,8x512:16,1x4096:8" $OUT/r/intra.jsonl main,prefill_intra_w2,prefill_intra_k16,prefill_intra_s3 \
   > $OUT/r/cprobe.log 2>&1
 echo "cprobe rc=$? t=$SECONDS" >> $OUT/r/times.txt
-kill $packer; tar czf $OUT/results.tgz -C $OUT r
+finish
