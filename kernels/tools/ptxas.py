@@ -108,7 +108,7 @@ def _host_constexprs(jit, code: str) -> dict[str, int]:
     Helion's host code assigns them before the launch."""
     values = {}
     for param in jit.params:
-        if param.name == "_NUM_SM":  # a persistent grid; the host asks the GPU
+        if param.is_constexpr and param.name == "_NUM_SM":  # a persistent grid's size: the host asks the GPU
             values[param.name] = HOPPER_SMS
         elif param.is_constexpr:
             match = re.search(rf"^\s+{param.name} = (\d+)$", code, re.M)
