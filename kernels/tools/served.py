@@ -102,8 +102,10 @@ def measure(
     profile_calls: int = 0,
 ):  # fmt: skip
     """The record's rows: per-layer and stack timings for every arm (see the module docstring), appended
-    to layer_rows and stack_rows; on_row() after each row (a cut-short run keeps the rows so far). With
-    profile_calls, each per-layer row also lists the GPU kernels the layer ran (Lifecycle.time_prefill)."""
+    to layer_rows and stack_rows; on_row() after each row (a cut-short run keeps the rows so far). Every
+    arm's per-layer rows come before any stack, so a run cut short still compares the arms layer by layer.
+    With profile_calls, each per-layer row also lists the GPU kernels the layer ran
+    (Lifecycle.time_prefill)."""
     import torch
     from kdakit.kernels.tools import lifecycle
 
@@ -127,9 +129,10 @@ def measure(
                     log(f"layer {row}")
                     layer_rows.append(row)
                     on_row()
-        stack = lifecycle.served_shape(
-            heads, graph_bs=0, prefill_buckets=(1,), prefill_graph_max_seqs=cfg.max_seqs, layers=cfg.layers
-        )
+    stack = lifecycle.served_shape(
+        heads, graph_bs=0, prefill_buckets=(1,), prefill_graph_max_seqs=cfg.max_seqs, layers=cfg.layers
+    )
+    for arm in arms:
         with lifecycle.Lifecycle(arm, stack) as life:
             for case in stack_cases:
                 life.body = _stack_body(life, cfg, case[0] * case[1])

@@ -99,12 +99,11 @@ def test_a_run_cut_short_keeps_its_record_of_the_rows_so_far(monkeypatch, tmp_pa
     assert "stopped" not in served.render_table(dict(record, complete=True))
 
 
-def test_profile_calls_list_each_layers_kernels_in_its_row(monkeypatch, tmp_path, capsys):
-    """`--profile-calls N` asks each per-layer timing for its GPU kernels over N more calls (the stack rows
-    are not profiled) and the rows keep them; a negative N is refused in one line."""
+@pytest.fixture
+def timed_on_fakes(monkeypatch):
+    """The lifecycle replaced by a fake that times every prefill at 40 µs: returns the list of the timings
+    asked for, in order, as (arm, mode, metadata_each, profile_calls)."""
     from kdakit.kernels.tools import bench, lifecycle
-
-    from kdakit.cli import main
 
     asked = []
 
@@ -119,7 +118,7 @@ def test_profile_calls_list_each_layers_kernels_in_its_row(monkeypatch, tmp_path
             return False
 
         def time_prefill(self, lens, *, mode, reps=20, metadata_each=False, profile_calls=0):
-            asked.append((mode, metadata_each, profile_calls))
+            asked.append((self.arm, mode, metadata_each, profile_calls))
             row = {"us": 40.0, "route": "in graph" if mode == "graph" else "eager"}
             if profile_calls:
                 row.update(kernels={"_helion__state_pass_fn": 30.0, "causal_conv1d": 10.0}, kernels_us=40.0)
@@ -129,15 +128,39 @@ def test_profile_calls_list_each_layers_kernels_in_its_row(monkeypatch, tmp_path
     monkeypatch.setattr(lifecycle, "served_shape", lambda *a, **k: None)
     monkeypatch.setattr(served, "_stack_body", lambda life, cfg, tokens: None)
     monkeypatch.setattr(bench, "environment", lambda: {"gpu": "NVIDIA H200"})  # (no GPU here)
+    return asked
+
+
+def test_profile_calls_list_each_layers_kernels_in_its_row(timed_on_fakes, tmp_path, capsys):
+    """`--profile-calls N` asks each per-layer timing for its GPU kernels over N more calls (the stack rows
+    are not profiled) and the rows keep them; a negative N is refused in one line."""
+    from kdakit.cli import main
+
     args = ["kernels", "served", "--arms", "helion", "--layer-cases", "1x16", "--stack-cases", "1x16"]
     assert main([*args, "--profile-calls", "5", "--results-dir", str(tmp_path), "--run-id", "p"]) == 0
-    assert sorted(asked) == [("eager", False, 5), ("eager", True, 0), ("graph", False, 5), ("graph", True, 0)]
+    assert sorted(a[1:] for a in timed_on_fakes) == [
+        ("eager", False, 5), ("eager", True, 0), ("graph", False, 5), ("graph", True, 0)
+    ]  # fmt: skip
     record = served.read(next(tmp_path.glob(f"p/*/{served.RAW_NAME}")))
     assert record["complete"] is True and record["config"]["profile_calls"] == 5
     assert all(row["kernels_us"] == 40.0 for row in record["layer"])
     assert not any("kernels" in row for row in record["stack"])
     assert main([*args, "--profile-calls", "-1", "--results-dir", str(tmp_path)]) == 2
     assert "--profile-calls must be >= 0 (got -1)" in capsys.readouterr().err
+
+
+def test_every_arms_layer_rows_come_before_any_stack(timed_on_fakes, tmp_path):
+    """The per-layer rows hold the targets; the stacks take longest. A run cut short by a device call's time
+    limit must still have both arms' layer rows, so every arm's layer cases run before any stack."""
+    from kdakit.cli import main
+
+    args = ["kernels", "served", "--arms", "triton,helion", "--layer-cases", "1x16,1x512", "--stack-cases",
+            "1x16", "--results-dir", str(tmp_path), "--run-id", "o"]  # fmt: skip
+    assert main(args) == 0
+    order = [(arm, "stack" if stack else "layer") for arm, _, stack, _ in timed_on_fakes]
+    assert order == [("triton", "layer")] * 4 + [("helion", "layer")] * 4 + [
+        ("triton", "stack"), ("triton", "stack"), ("helion", "stack"), ("helion", "stack")
+    ]  # fmt: skip
 
 
 def test_arms_outside_the_kernel_set_arms_are_refused_in_one_line(monkeypatch, capsys, tmp_path):
