@@ -80,8 +80,8 @@ def test_the_compile_refuses_a_register_cap_where_a_gpu_refuses_it():
 
 def test_each_exp2_factor_of_intras_k_step_is_computed_once():
     """Triton's layout pass computes a pure elementwise op again in every layout its consumers want; intra's
-    exp2 factors feed a dot operand and a blocked layout, and computed twice they nearly doubled the step's
-    MUFU work. One [16, K slice] factor on one warp is 16 * K slice / 32 exp2 a thread."""
+    exp2 factors feed a dot operand and a blocked layout, and computed twice they would nearly double the
+    step's MUFU work. One [16, K slice] factor on one warp is 16 * K slice / 32 exp2 a thread."""
     config = prefill.DEFAULT_CONFIGS["intra"]
     assert config["num_warps"] == 1
     per_factor = 16 * config["block_sizes"][0] // 32
