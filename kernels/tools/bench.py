@@ -19,7 +19,6 @@ import json
 import math
 import platform
 import socket
-import statistics
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -360,14 +359,10 @@ def run_arms(
         tell(f"{arm} {row['arms'][arm]['status']}")
     checked = [arm for arm, entry in row["arms"].items() if entry["status"] == "ok"]
 
-    def timed(arm: str) -> dict:
-        samples = time_arm(arm, arms[f"{phase}:{arm}"])
-        so_far = row["arms"][arm].setdefault("timed_rounds_us", [])
-        so_far.append(statistics.median(samples["samples_us"]))
-        tell(f"{arm} timed, round {len(so_far)} of {repeats}: {so_far[-1]:.2f} µs")
-        return samples
+    def time_one(arm: str) -> dict:
+        return time_arm(arm, arms[f"{phase}:{arm}"])
 
-    rounds, errors = timing.time_rounds(checked, timed, repeats)
+    rounds, errors = timing.time_rounds(checked, time_one, repeats, timing.rounds_so_far(row, repeats, tell))
     for arm in checked:
         row["arms"][arm].pop("timed_rounds_us", None)  # the summary's rounds hold them
         if arm in errors:
@@ -632,10 +627,7 @@ def run(
                 log(f"{phase} {row['shape_label']}: {message} ({time.time() - t0:.1f} s)")
                 write_partial([*rows, {**row, "in_progress": True}])
 
-            if phase == "verify-layer":
-                row = bench(cfg, shape, arms, missing, timer, gen)
-            else:
-                row = bench(cfg, shape, arms, missing, timer, gen, progress=progress)
+            row = bench(cfg, shape, arms, missing, timer, gen, progress=progress)
             row["floor_us"] = cost_model.floor_us(row["bytes"], bandwidth["bytes_per_s"])
             if "bytes_ring" in row:
                 row["floor_ring_us"] = cost_model.floor_us(row["bytes_ring"], bandwidth["bytes_per_s"])

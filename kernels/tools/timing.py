@@ -199,11 +199,14 @@ def summarize(samples: list[float]) -> dict[str, Any]:
 
 
 def time_rounds(
-    arms: list[str], time_arm: Callable[[str], dict], repeats: int
+    arms: list[str],
+    time_arm: Callable[[str], dict],
+    repeats: int,
+    on_round: Callable[[str, int, dict], None] | None = None,
 ) -> tuple[dict[str, list[dict]], dict[str, Exception]]:
     """`repeats` rounds, each timing every arm once, the order rotated by one arm per round (ABC, BCA, CAB,
     ...). Returns each arm's rounds ({"round", "position", **time_arm(arm)}) and the arms that raised (left
-    out of the later rounds)."""
+    out of the later rounds). on_round(arm, round, samples), if given, follows each timing."""
     rounds: dict[str, list[dict]] = {arm: [] for arm in arms}
     errors: dict[str, Exception] = {}
     for r in range(repeats):
@@ -212,10 +215,27 @@ def time_rounds(
             if arm in errors:
                 continue
             try:
-                rounds[arm].append({"round": r, "position": position, **time_arm(arm)})
+                samples = time_arm(arm)
             except Exception as exc:
                 errors[arm] = exc
+                continue
+            rounds[arm].append({"round": r, "position": position, **samples})
+            if on_round is not None:
+                on_round(arm, r, samples)
     return rounds, errors
+
+
+def rounds_so_far(row: dict, repeats: int, tell: Callable[[str], None]) -> Callable[[str, int, dict], None]:
+    """An on_round for time_rounds that keeps each arm's per-call medians so far in
+    row["arms"][arm]["timed_rounds_us"] (a run cut short keeps them; drop the key once the rounds are
+    summarized) and tells a line per round."""
+
+    def on_round(arm: str, r: int, samples: dict) -> None:
+        so_far = row["arms"][arm].setdefault("timed_rounds_us", [])
+        so_far.append(statistics.median(samples["samples_us"]))
+        tell(f"{arm} timed, round {r + 1} of {repeats}: {so_far[-1]:.2f} µs")
+
+    return on_round
 
 
 def _median_of(samples: list[float]) -> float | None:

@@ -209,10 +209,17 @@ def bench_row(
     do_bench=None,
     rounds: int = ROUNDS,
     act_dtype=None,
+    progress=None,
 ) -> dict:
     """One request count: every arm key checked against Triton's snapshots, then timed in `rounds` rotated
     rounds (per round: do_bench_cudagraph's median, µs). `timer` is unused (the PR's method, not the bench's
-    L2-cold rotation); `do_bench(fn) -> µs` and `act_dtype` (default bf16) are for the CPU tests."""
+    L2-cold rotation); `do_bench(fn) -> µs` and `act_dtype` (default bf16) are for the CPU tests.
+    progress(message, row), if given, follows each check and each timed round (as bench.run_arms)."""
+
+    def tell(message: str) -> None:
+        if progress is not None:
+            progress(message, row)
+
     torch = torch_module()
     if do_bench is None:
         from triton.testing import do_bench_cudagraph
@@ -267,14 +274,16 @@ def bench_row(
             row["arms"][key] = {"status": "ok", "check": check}
         except Exception as exc:  # noqa: BLE001 - an arm that raises is recorded, the others still run
             row["arms"][key] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        tell(f"{key} {row['arms'][key]['status']}")
     layer.reset()
     checked = [k for k, e in row["arms"].items() if e["status"] == "ok"]
 
     def time_key(key):
         return {"samples_us": [do_bench(lambda: step(layer, key, arms))]}
 
-    timed, errors = timing.time_rounds(checked, time_key, rounds)
+    timed, errors = timing.time_rounds(checked, time_key, rounds, timing.rounds_so_far(row, rounds, tell))
     for key in checked:
+        row["arms"][key].pop("timed_rounds_us", None)  # the summary's rounds hold them
         if key in errors:
             exc = errors[key]
             row["arms"][key] = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:2000]}

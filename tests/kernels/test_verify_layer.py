@@ -55,13 +55,14 @@ def _fold(*, checkpoint_state, rawv_cache, rawk_cache, gk_cache, beta_cache, ssm
 CFG = dataclasses.replace(bench.BenchConfig(), heads=2, value_heads=2, head_dim=16, draft_tokens=3)
 
 
-def _row(arms, batch=2, do_bench=None):
+def _row(arms, batch=2, do_bench=None, progress=None):
     fake = itertools.count(10)
     gen = torch.Generator().manual_seed(0)
     with interpreter():  # nested in the fixture's: the kernel calls run on the CPU
         return verify_layer.bench_row(
             CFG, batch, dict(arms), {"verify:helion-upstream": "not here"}, None, gen,
             do_bench=do_bench or (lambda fn: float(next(fake))), rounds=2, act_dtype=torch.float32,
+            progress=progress,
         )  # fmt: skip
 
 
@@ -80,6 +81,27 @@ def test_every_arm_runs_conv_and_recurrence_and_matches_tritons_snapshots(arms):
     assert all(len(entries[k]["rounds"]) == 2 for k in entries if entries[k]["status"] == "ok")
     printed = "\n".join(table.verify_layer_table({"rows": [row]}))
     assert "| 2 × 3 |" in printed and "not on this GPU (needs SM100 + cutlass)" in printed
+
+
+def test_progress_follows_each_check_and_each_timed_round(arms):
+    """The per-layer verify reports as the bench's other phases do: a line after each arm's check and each
+    timed round, the row handed over holding each arm's medians so far (summarized away at the end)."""
+    seen = []
+
+    def progress(message, row):
+        seen.append((message, {k: list(e.get("timed_rounds_us", [])) for k, e in row["arms"].items()}))
+
+    row = _row(arms, progress=progress)
+    checked = [k for k, e in row["arms"].items() if e["status"] == "ok"]
+    messages = [m for m, _ in seen]
+    assert [m for m in messages if "timed" not in m] == [f"{k} ok" for k in checked]
+    for key in checked:
+        rounds = [m.rsplit(":", 1)[0] for m in messages if m.startswith(f"{key} timed")]
+        assert rounds == [f"{key} timed, round 1 of 2", f"{key} timed, round 2 of 2"]
+    first_timed = next(i for i, m in enumerate(messages) if "timed" in m)
+    timed_key = messages[first_timed].split(" timed")[0]
+    assert seen[first_timed][1][timed_key] == [10.0]  # the fake do_bench's first timing
+    assert all("timed_rounds_us" not in e for e in row["arms"].values())
 
 
 def test_an_arm_without_the_conv_update_or_a_ring_without_the_fold_fails_its_check(arms, monkeypatch):
