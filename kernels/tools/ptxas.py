@@ -107,14 +107,14 @@ def _host_constexprs(jit, code: str) -> dict[str, int]:
     """The kernel's `tl.constexpr` parameters (reduction sizes such as `_RDIM_SIZE_8`) with the values
     Helion's host code assigns them before the launch."""
     values = {}
-    for param in jit.params:
-        if param.is_constexpr and param.name == "_NUM_SM":  # a persistent grid's size: the host asks the GPU
+    for param in (p for p in jit.params if p.is_constexpr):
+        if param.name == "_NUM_SM":  # a persistent grid's size: the host asks the GPU
             values[param.name] = HOPPER_SMS
-        elif param.is_constexpr:
-            match = re.search(rf"^\s+{param.name} = (\d+)$", code, re.M)
-            if match is None:
-                raise ValueError(f"no value for the constexpr {param.name} in the host code")
-            values[param.name] = int(match.group(1))
+            continue
+        match = re.search(rf"^\s+{param.name} = (\d+)$", code, re.M)
+        if match is None:
+            raise ValueError(f"no value for the constexpr {param.name} in the host code")
+        values[param.name] = int(match.group(1))
     return values
 
 
