@@ -1,0 +1,2 @@
+# Call, after setup-calls.sh (../../cpu-2026-12-06-next-calls/); carry [".whl", ".carry"]. The prefill bench at 8 heads.
+set -u; source measurements/kernels-tuning/cpu-2026-12-06-next-calls/preamble.sh; timeout 400 .carry/calls/kd kernels bench --phases prefill --repeats 2 --heads 8 --results-dir $OUT/r/bench --run-id vm > $OUT/r/bench.log 2>&1; echo "bench rc=$? t=$SECONDS" >> $OUT/r/times.txt; finish
