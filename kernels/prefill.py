@@ -1044,10 +1044,14 @@ def _tables_fn(
     cu_seqlens: torch.Tensor,  # [N+1]
     ends: torch.Tensor,  # [N] int64 out: packed chunk index after the last chunk of each sequence
     counts: torch.Tensor,  # [2] int64 out: the real chunks; the index after the last sequence with tokens
+    out_rows: torch.Tensor,  # [T, HV*V] the output's token rows: zeroed past the batch's tokens
 ) -> torch.Tensor:
     """One program: the chunk map every later kernel reads, from cu_seqlens on the device (no host sync).
     Empty sequences before the last one with tokens are run by the state pass (they change nothing); the
-    graph tables' empty slots after it are not."""
+    graph tables' empty slots after it are not.
+
+    The other programs zero the output rows past the batch's tokens (a CUDA graph's bucket padding: no
+    later kernel writes them), so SGLang's graph need not mask them (`zeroes_padded_rows`)."""
     N = ends.size(0)
     for tile_one in hl.tile(1, block_size=1):
         chunks = hl.zeros([tile_one], dtype=torch.int64)
@@ -1061,6 +1065,10 @@ def _tables_fn(
             last = torch.maximum(last, torch.where(lengths > 0, n + 1, 0).amax(0))
         hl.store(counts, [tile_one.index], chunks)
         hl.store(counts, [tile_one.index + 1], last)
+    for tile_r, tile_c in hl.tile([out_rows.size(0), out_rows.size(1)], block_size=[64, 128]):
+        past = tile_r.index >= cu_seqlens[N].long()
+        zeros = hl.zeros([tile_r, tile_c], dtype=out_rows.dtype)
+        hl.store(out_rows, [tile_r, tile_c], zeros, extra_mask=_column(past))
     return counts
 
 
@@ -1074,11 +1082,11 @@ _tables_kernel = helion.kernel(
 _fixed_tables: dict[tuple, tuple] = {}
 
 
-def _chunk_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device) -> tuple:
+def _chunk_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device, out_rows: torch.Tensor) -> tuple:
     """(ends [N] int64, counts [2] int64, M): the inclusive cumsum of the chunk counts per sequence, the
     batch's real chunks and sequences (all on the device, no host sync), and an upper bound M on the
-    chunks (the chunk-indexed buffers' rows). Varlen tables are one small kernel launch; fixed-length ones
-    are constants, cached."""
+    chunks (the chunk-indexed buffers' rows). Varlen tables are one small kernel launch, which also zeroes
+    out_rows' rows past the batch's tokens; fixed-length ones are constants, cached (no row is past)."""
     if cu_seqlens is None:
         per_seq = math.ceil(T / CHUNK)
         key = (B, per_seq, str(device))
@@ -1090,7 +1098,7 @@ def _chunk_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device) -> tu
     n = cu_seqlens.numel() - 1
     ends = torch.empty(n, dtype=torch.int64, device=device)
     counts = torch.empty(2, dtype=torch.int64, device=device)
-    _tables_kernel(cu_seqlens, ends, counts)
+    _tables_kernel(cu_seqlens, ends, counts, out_rows)
     slots = math.ceil(T / CHUNK) if n == 1 else T // CHUNK + n
     return ends, counts, max(slots, 1)
 
@@ -1167,8 +1175,6 @@ def chunk_kda(
         raise ValueError(f"initial_state_indices must have one slot per sequence ({N})")
     total = B * T
     kernels = _kernels_for(_bucket(total, H, HV, K, V, initial_state.dtype), q.device)
-    ends, counts, slots = _chunk_tables(cu_seqlens, B, total if cu_seqlens is not None else T, q.device)
-
     # token rows [T, heads*dim] with any row stride: views of SGLang's packed conv output stay views
     q_rows = q.reshape(total, H * K)
     k_rows = k.reshape(total, H * K)
@@ -1179,6 +1185,9 @@ def chunk_kda(
     else:
         out = v.contiguous()
     v_rows = out.as_strided((total, HV * V), (out.stride(1), 1))
+    ends, counts, slots = _chunk_tables(
+        cu_seqlens, B, total if cu_seqlens is not None else T, q.device, v_rows
+    )
     g_rows = g.reshape(total * HV, K)
     beta_rows = beta.reshape(total * HV)
     if not beta_rows.is_floating_point():
@@ -1245,5 +1254,8 @@ def chunk_kda(
 # (KDAAttnBackend.supports_prefill_graph_extend with kdakit's patch): q/k/v padded to the bucket's tokens,
 # cu_seqlens with empty sequences past the batch, negative (PAD_SLOT_ID) state slots, track_chunk_idx -1 for
 # untracked rows. chunk_kda qualifies: every length is device data, every grid is fixed by the bucket (T and
-# the table sizes), nothing syncs with the host, and empty sequences and padded chunk slots write nothing.
+# the table sizes), nothing syncs with the host, and empty sequences and padded chunk slots write no state.
 chunk_kda.takes_prefill_graph_tables = True
+# The output rows past the batch's tokens come back zero (`_tables_fn`): SGLang's graph, with kdakit's patch,
+# skips its own masking pass over the whole output for an extend kernel that declares this.
+chunk_kda.zeroes_padded_rows = True

@@ -1,6 +1,6 @@
 """The SGLang integration: a small patch that makes SGLang's Helion KDA backend call kdakit's kernels.
 
-The patch touches two files. SGLang's Helion adapter (`srt/layers/attention/linear/kernels/kda_helion.py`),
+The patch touches three files. SGLang's Helion adapter (`srt/layers/attention/linear/kernels/kda_helion.py`),
 instead of importing SGLang's own Helion entry points, imports them from the modules that
 `helion_kda_modules()` names, chosen once at import time from `KDAKIT_HELION_KERNELS`:
 
@@ -8,8 +8,10 @@ instead of importing SGLang's own Helion entry points, imports them from the mod
 - `upstream`: SGLang's own Helion kernels, as if unpatched (the `helion-upstream` arm).
 
 SGLang's KDA backend (`srt/layers/attention/linear/kda_backend.py`) also captures in its breakable prefill
-CUDA graph an extend kernel that declares `takes_prefill_graph_tables` (the adapter copies the declaration
-from the prefill entry point: kdakit's `chunk_kda` makes it, SGLang's Helion prefill does not).
+CUDA graph an extend kernel that declares `takes_prefill_graph_tables`, and the graph's extend
+(`srt/layers/attention/linear/kda_prefill_graph.py`) skips its masking pass over the padded output rows for
+one that declares `zeroes_padded_rows` (the adapter copies both declarations from the prefill entry point:
+kdakit's `chunk_kda` makes them, SGLang's Helion prefill does not).
 
 The `--linear-attn-{prefill,decode,verify}-backend helion` flags keep working verbatim: the patch changes
 which kernels the Helion backend calls, never how it is selected. ReplaySSM decode stays upstream.
@@ -51,6 +53,9 @@ ENTRY_POINTS = {
 # The SGLang file that decides whether a breakable prefill CUDA graph captures the KDA extend; the patch makes
 # it accept an extend kernel that declares `takes_prefill_graph_tables` (kdakit's prefill does).
 BACKEND = "sglang/srt/layers/attention/linear/kda_backend.py"
+# The graph's KDA extend; the patch skips its masking of the padded output rows for an extend kernel that
+# declares `zeroes_padded_rows` (kdakit's prefill does).
+PREFILL_GRAPH = "sglang/srt/layers/attention/linear/kda_prefill_graph.py"
 PATCH_DIR = Path(__file__).resolve().parent
 log = logging.getLogger("kdakit.integration")
 

@@ -203,6 +203,8 @@ def load_patched_sglang(kernels: str):
     kernels once, at import); a development venv has SGLang's wheel unpatched, so each patched source is
     built in memory (the same strict applier as the image build) and registered under its module name, where
     SGLang's code imports it. Files that need no re-import (the KDA backend) are patched once per process.
+    The patch lists the graph's extend before the KDA backend, which imports a function from it at its own
+    import: built in that order, the backend holds the patched function.
     """
     import importlib
     import importlib.util
@@ -641,7 +643,7 @@ class Lifecycle:
             return self._forward(batch, mixed, gate, beta)
         entry = self._prefill_graphs.get(bucket) or self._capture_prefill_graph(bucket)
         for buf, value in zip(entry.static, (mixed, gate, beta), strict=True):
-            buf.zero_()
+            buf[n:].fill_(0.5)  # a server's static rows past the batch hold an earlier batch's values
             buf[:n].copy_(value.to(self.device))
         batch.global_num_token_non_padded_cpu = n
         with torch.no_grad(), self._prefill_context(batch):

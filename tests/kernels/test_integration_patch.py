@@ -60,8 +60,11 @@ def test_patch_applies_cleanly_to_the_pinned_wheel(tree: Path):
     before = adapter.read_text()
     assert "from sglang.kernels.ops.attention.helion.kda_decode import" in before
     assert integration.check(tree) == "applies"
-    assert integration.apply(tree) == [backend, adapter]
+    graph = tree / integration.PREFILL_GRAPH
+    assert "core_attn_out.masked_fill_(" in graph.read_text()
+    assert integration.apply(tree) == [graph, backend, adapter]
     assert '"takes_prefill_graph_tables"' in backend.read_text()
+    assert '"zeroes_padded_rows"' in graph.read_text() and '"zeroes_padded_rows"' in adapter.read_text()
     after = adapter.read_text()
     assert "KDAKIT_HELION_MODULES = helion_kda_modules()" in after
     assert "from sglang.kernels.ops.attention.helion.kda_decode import" not in after

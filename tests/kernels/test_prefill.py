@@ -273,7 +273,9 @@ def test_chunk_tables_count_real_chunks_and_stop_at_the_last_sequence_with_token
 
     def tables(lengths):
         cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-        ends, counts, _ = prefill._chunk_tables(cu, 1, int(cu[-1]), cu.device)
+        out_rows = torch.ones(int(cu[-1]), 4, dtype=torch.bfloat16)
+        ends, counts, _ = prefill._chunk_tables(cu, 1, int(cu[-1]), cu.device, out_rows)
+        assert bool((out_rows == 1).all()), "no row is past the batch: none is zeroed"
         return ends.tolist(), counts.tolist()
 
     assert tables([5, 0, 4, 0, 0]) == ([1, 1, 2, 2, 2], [2, 3])
@@ -388,8 +390,9 @@ def test_contract_errors():
 def test_graph_tables_run_programs_for_the_real_chunks_only(monkeypatch):
     """SGLang's prefill graph calls with the bucket's tables: tokens padded to the bucket and 30 empty
     sequence slots (PAD_SLOT_ID -1) after the batch. The chunk kernels get one lane per 64 tokens of the
-    bucket (3), not one program per chunk slot of the tables (192 // 64 + 32 = 35), and the results match
-    the same batch called without the tables."""
+    bucket (3), not one program per chunk slot of the tables (192 // 64 + 32 = 35), the results match
+    the same batch called without the tables, and the output rows past the batch come back zero (what
+    `zeroes_padded_rows` promises SGLang's graph, which then skips its own masking pass)."""
     lens, bucket, empty = [17, 70], 192, 30
     real = make(lens, seed=9)
     x = dict(real)
@@ -411,6 +414,9 @@ def test_graph_tables_run_programs_for_the_real_chunks_only(monkeypatch):
     out, _, pool = run(x)
     assert sizes[0] == bucket // 64, f"chunk lanes {sizes[0]}: sized by the tables, not by the tokens"
     check(real, out[:, : sum(lens)], pool, lower_bound=-5.0)
+    assert bool(x["v"][:, sum(lens) :].abs().gt(0).any()), "the padded input rows are not zero"
+    assert prefill.chunk_kda.zeroes_padded_rows
+    assert bool((out[:, sum(lens) :] == 0).all()), "output rows past the batch are not zeroed"
 
 
 @pytest.mark.parametrize("a_log", [3.0, 6.0])
