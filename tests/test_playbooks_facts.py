@@ -49,29 +49,27 @@ def test_plan_and_playbooks_use_the_same_port(tmp_path):
     port = profile_port()
     argv = plan.render("h200", "helion").argv
     assert argv[argv.index("--port") + 1] == str(port)
-    probe = tmp_path / "probe.yml"
+    # The probe playbook sits in a playbooks/ folder of links to the real one's group_vars, roles and tasks
+    # (and to kdakit/ beside it, which the roles' defaults read), so that they resolve as for the real
+    # playbooks; not in playbooks/ itself, where ansible-lint (another test, maybe running at the same time)
+    # would find it.
+    (tmp_path / "kdakit").symlink_to(PLAYBOOKS.parent / "kdakit")
+    here = tmp_path / "playbooks"
+    here.mkdir()
+    for name in ("group_vars", "roles", "tasks"):
+        (here / name).symlink_to(PLAYBOOKS / name)
+    probe = here / "probe.yml"
     probe.write_text(
         "- hosts: h200\n  gather_facts: false\n  roles: [common]\n  tasks:\n"
         "    - ansible.builtin.debug: {msg: 'PORT={{ kdakit_server_port }} URL={{ kdakit_server_url }}'}\n"
     )
-    # The probe playbook runs from playbooks/ so that group_vars and roles resolve as for the real ones.
-    inplace = PLAYBOOKS / f".probe-{os.getpid()}.yml"
-    inplace.write_text(probe.read_text())
-    try:
-        proc = subprocess.run(
-            [
-                str(BIN / "ansible-playbook"),
-                "-i",
-                str(PLAYBOOKS / "inventories" / "localhost.yml"),
-                str(inplace),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=dict(os.environ, ANSIBLE_CONFIG=str(PLAYBOOKS / "ansible.cfg"), ANSIBLE_NOCOLOR="1"),
-        )
-    finally:
-        inplace.unlink()
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(PLAYBOOKS / "inventories" / "localhost.yml"), str(probe)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(PLAYBOOKS / "ansible.cfg"), ANSIBLE_NOCOLOR="1"),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"PORT={port} URL=http://127.0.0.1:{port}" in proc.stdout
 
