@@ -333,11 +333,7 @@ def run_arms(
     progress(message, row), if given, follows each check and each timed round (a first call compiles, and
     can take minutes): until the rounds are summarized, each arm's per-call medians so far are in
     row["arms"][arm]["timed_rounds_us"]."""
-
-    def tell(message: str) -> None:
-        if progress is not None:
-            progress(message, row)
-
+    tell = timing.teller(progress, row)
     reference = None
     for arm in ARMS[phase]:
         key = f"{phase}:{arm}"

@@ -225,6 +225,17 @@ def time_rounds(
     return rounds, errors
 
 
+def teller(progress: Callable[[str, dict], None] | None, row: dict) -> Callable[[str], None]:
+    """tell(message): progress(message, row) where a caller asked for progress, else nothing (the bench's
+    phases report each check and each timed round this way)."""
+
+    def tell(message: str) -> None:
+        if progress is not None:
+            progress(message, row)
+
+    return tell
+
+
 def rounds_so_far(row: dict, repeats: int, tell: Callable[[str], None]) -> Callable[[str, int, dict], None]:
     """An on_round for time_rounds that keeps each arm's per-call medians so far in
     row["arms"][arm]["timed_rounds_us"] (a run cut short keeps them; drop the key once the rounds are

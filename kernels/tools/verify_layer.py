@@ -215,11 +215,6 @@ def bench_row(
     rounds (per round: do_bench_cudagraph's median, µs). `timer` is unused (the PR's method, not the bench's
     L2-cold rotation); `do_bench(fn) -> µs` and `act_dtype` (default bf16) are for the CPU tests.
     progress(message, row), if given, follows each check and each timed round (as bench.run_arms)."""
-
-    def tell(message: str) -> None:
-        if progress is not None:
-            progress(message, row)
-
     torch = torch_module()
     if do_bench is None:
         from triton.testing import do_bench_cudagraph
@@ -228,6 +223,7 @@ def bench_row(
             return do_bench_cudagraph(fn, return_mode="median") * 1000.0
 
     row = bench_bytes_row(cfg, batch)
+    tell = timing.teller(progress, row)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     layer = Layer(cfg, batch, gen, device=device, act_dtype=act_dtype)
     T = cfg.draft_tokens
