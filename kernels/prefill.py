@@ -16,8 +16,9 @@ warps, a [16 or 64, 32] tile at a time), so many run per SM: the intra-chunk wor
 bandwidth-bound.
 
 1. `gate`: one program per (chunk lane, value head, K slice): gate activation from the raw gate and the
-   chunk-local cumsum in log2 units, row by row with each thread owning whole K columns (no shuffles), and
-   the chunk's token span for the later kernels.
+   chunk-local cumsum in log2 units, row by row with each thread owning whole K columns (no shuffles). The
+   chunk's token span, like every kernel's, comes from the tables kernel (`_tables_fn`), which maps each
+   chunk once for all heads.
 2. `intra`: one program per (chunk, value head, 16-row block i): row block i of L and of Aqk, K in 32-wide
    slices, the q/k L2 norms applied to the dot results (and stored for `recompute`); the diagonal block
    factorised around its middle row, the blocks left of it around the block's first row (so exp never
@@ -81,7 +82,7 @@ def _size_one_key(*args) -> tuple:
 
 
 # --------------------------------------------------------------------------------------------------------
-# 1. gate activation + chunk-local cumsum (log2 units), chunk spans
+# 1. gate activation + chunk-local cumsum (log2 units)
 # --------------------------------------------------------------------------------------------------------
 
 
@@ -150,23 +151,21 @@ def _gate_cumsum_fn(
     g_rows: torch.Tensor,  # [T*HV, K] raw or pre-activated gate
     a_log: torch.Tensor,  # [HV] (unused in mode 0)
     dt_bias: torch.Tensor,  # [HV*K] (unused unless has_bias)
-    cu_seqlens: torch.Tensor,  # [N+1]
-    chunk_ends: torch.Tensor,  # [N] int64: packed chunk index after the last chunk of each sequence
-    gcum_rows: torch.Tensor,  # [T*HV, K] fp32 out
-    spans: torch.Tensor,  # [M, 2] int64 out: token range [start, end) of every real chunk
+    spans: torch.Tensor,  # [M, 2] int64: token range [start, end) of every real chunk
+    chunk_count: torch.Tensor,  # [1] int64: the batch's real chunks (device data)
     lanes: torch.Tensor,  # [P]: its size is the number of chunk lanes (values unused)
+    gcum_rows: torch.Tensor,  # [T*HV, K] fp32 out
     lower_bound: float,
     gate_mode: hl.constexpr,
     has_bias: hl.constexpr,
     HV: hl.constexpr,
 ) -> torch.Tensor:
     P = lanes.size(0)
-    N = chunk_ends.size(0)
     K = hl.specialize(g_rows.size(1))
     hl.specialize((g_rows.stride(0), gcum_rows.stride(0)))
     block_kk = hl.register_block_size(16, K)
     for tile_p, tile_h, tile_kk in hl.tile([P, HV, K], block_size=[1, 1, block_kk]):
-        hv, chunks = tile_h.id, chunk_ends[N - 1]
+        hv, chunks = tile_h.id, chunk_count[0]
         kk = tile_kk.index
         bias = hl.zeros([tile_kk], dtype=torch.float32)
         if has_bias:
@@ -175,18 +174,8 @@ def _gate_cumsum_fn(
         a = torch.exp(hl.load(a_log, [hv]).float())
         for tile_s in hl.tile((chunks - tile_p.id + P - 1) // P, block_size=1):
             m = tile_p.id + tile_s.id * P
-            # The only place that maps a chunk to its sequence (count the sequences whose chunks all end at
-            # or before it); the later kernels read the span. Every head writes the same span.
-            count = hl.zeros([1], dtype=torch.int32)
-            for tile_n in hl.tile(N):
-                ends = chunk_ends[tile_n]
-                count = count + (ends[None, :] <= m).to(torch.int32).sum(1).to(torch.int32)
-            seq = torch.clamp(count, max=N - 1).long()
-            first = torch.where(seq > 0, chunk_ends[torch.clamp(seq - 1, min=0)], 0)
-            end = cu_seqlens[seq + 1].long()
-            start = cu_seqlens[seq].long() + (m - first) * 64
-            pair = hl.arange(2)
-            hl.store(spans, [m, pair], torch.where(pair == 0, start, end))
+            start = spans[m, 0] + hl.zeros([1], dtype=torch.int64)  # [1]: _gate_chunk broadcasts rows by it
+            end = spans[m, 1]
             rows0 = start * HV + hv
             length = (end - start).to(torch.int32)  # (int32: one compare a row)
             _gate_chunk(g_rows, gcum_rows, rows0, length, kk, bias, a, lower_bound, gate_mode, has_bias, HV)
@@ -723,7 +712,7 @@ def _state_pass_fn(
 # shipped for the GPU's SKU and bucket (`prefill-<kernel>` files, kdakit.kernels.tuned), else these.
 DEFAULT_CONFIGS: dict[str, dict] = {
     # block_sizes in trace order
-    "gate": {"block_sizes": [64, 32], "num_warps": 1, "num_stages": 1, "indexing": "pointer"},  # [K, seq]
+    "gate": {"block_sizes": [64], "num_warps": 1, "num_stages": 1, "indexing": "pointer"},  # [K]
     "intra": {"block_sizes": [32], "num_warps": 1, "num_stages": 2, "indexing": "pointer"},  # [K slice]
     "solve": {"block_sizes": [], "num_warps": 2, "num_stages": 1, "indexing": "pointer"},
     "recompute": {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"},  # [K, V tile]
@@ -1044,19 +1033,25 @@ def _tables_fn(
     cu_seqlens: torch.Tensor,  # [N+1]
     ends: torch.Tensor,  # [N] int64 out: packed chunk index after the last chunk of each sequence
     counts: torch.Tensor,  # [2] int64 out: the real chunks; the index after the last sequence with tokens
+    spans: torch.Tensor,  # [M, 2] int64 out: token range [start, end) of every real chunk
     out_rows: torch.Tensor,  # [T, HV*V] the output's token rows: zeroed past the batch's tokens
 ) -> torch.Tensor:
-    """One program: the chunk map every later kernel reads, from cu_seqlens on the device (no host sync).
-    Empty sequences before the last one with tokens are run by the state pass (they change nothing); the
-    graph tables' empty slots after it are not.
+    """The chunk map every later kernel reads, from cu_seqlens on the device (no host sync). One program
+    writes the chunk ends and counts. Empty sequences before the last one with tokens are run by the state
+    pass (they change nothing); the graph tables' empty slots after it are not.
 
-    The other programs zero the output rows past the batch's tokens (a CUDA graph's bucket padding: no
-    later kernel writes them), so SGLang's graph need not mask them (`zeroes_padded_rows`)."""
+    The chunk programs map each chunk to its sequence and token span, once a chunk rather than once a
+    chunk, head and K tile in the gate. Each sums the chunk counts itself (no program waits on another):
+    chunk m belongs to the first sequence whose chunks end after m, and starts 64 tokens a chunk past the
+    end of the chunks before that sequence.
+
+    The row programs zero the output rows past the batch's tokens (a CUDA graph's bucket padding: no later
+    kernel writes them), so SGLang's graph need not mask them (`zeroes_padded_rows`)."""
     N = ends.size(0)
     for tile_one in hl.tile(1, block_size=1):
         chunks = hl.zeros([tile_one], dtype=torch.int64)
         last = hl.zeros([tile_one], dtype=torch.int64)
-        for tile_n in hl.tile(N):
+        for tile_n in hl.tile(N, block_size=128):
             n = tile_n.index
             lengths = (cu_seqlens[n + 1] - cu_seqlens[n]).long()
             per_seq = (lengths + 63) // 64
@@ -1065,6 +1060,26 @@ def _tables_fn(
             last = torch.maximum(last, torch.where(lengths > 0, n + 1, 0).amax(0))
         hl.store(counts, [tile_one.index], chunks)
         hl.store(counts, [tile_one.index + 1], last)
+    for tile_m in hl.tile(spans.size(0), block_size=16):
+        m = tile_m.index
+        # int32 chunk counts (a bucket's chunks fit many times over): half the registers of int64
+        done = hl.zeros([tile_m], dtype=torch.int32)  # the chunks of the sequences summed so far (every lane)
+        seq = hl.zeros([tile_m], dtype=torch.int32)  # sequences whose chunks all end at or before m
+        first = hl.zeros([tile_m], dtype=torch.int32)  # the chunk after those sequences' chunks
+        m_column = _column(m)
+        for tile_k in hl.tile(N, block_size=128):
+            k = tile_k.index
+            seq_chunks = (cu_seqlens[k + 1] - cu_seqlens[k] + 63) // 64
+            seq_ends = _column(done) + _row(hl.cumsum(seq_chunks, 0).to(torch.int32))
+            before = seq_ends <= m_column
+            seq = seq + before.to(torch.int32).sum(1).to(torch.int32)
+            first = torch.maximum(first, torch.where(before, seq_ends, 0).amax(1))
+            done = done + seq_chunks.sum(0).to(torch.int32)
+        seq = torch.clamp(seq, max=N - 1)
+        real = m < done
+        start = cu_seqlens[seq].long() + (m - first).long() * 64
+        hl.store(spans, [m, 0], start, extra_mask=real)
+        hl.store(spans, [m, 1], cu_seqlens[seq + 1].long(), extra_mask=real)
     for tile_r, tile_c in hl.tile([out_rows.size(0), out_rows.size(1)], block_size=[64, 128]):
         past = tile_r.index >= cu_seqlens[N].long()
         zeros = hl.zeros([tile_r, tile_c], dtype=out_rows.dtype)
@@ -1075,7 +1090,7 @@ def _tables_fn(
 _tables_kernel = helion.kernel(
     _tables_fn,
     static_shapes=False,
-    config=helion.Config(block_sizes=[128], num_warps=4, num_stages=1, indexing="pointer"),
+    config=helion.Config(block_sizes=[], num_warps=4, num_stages=1, indexing="pointer"),
     key=_size_one_key,
     ignore_warnings=_IGNORED,
 )
@@ -1083,24 +1098,29 @@ _fixed_tables: dict[tuple, tuple] = {}
 
 
 def _chunk_tables(cu_seqlens: torch.Tensor | None, B: int, T: int, device, out_rows: torch.Tensor) -> tuple:
-    """(ends [N] int64, counts [2] int64, M): the inclusive cumsum of the chunk counts per sequence, the
-    batch's real chunks and sequences (all on the device, no host sync), and an upper bound M on the
-    chunks (the chunk-indexed buffers' rows). Varlen tables are one small kernel launch, which also zeroes
-    out_rows' rows past the batch's tokens; fixed-length ones are constants, cached (no row is past)."""
+    """(ends [N] int64, counts [2] int64, spans [M, 2] int64, M): the inclusive cumsum of the chunk counts
+    per sequence, the batch's real chunks and sequences, every real chunk's token span (all on the device,
+    no host sync), and an upper bound M on the chunks (the chunk-indexed buffers' rows). Varlen tables are
+    one small kernel launch, which also zeroes out_rows' rows past the batch's tokens; fixed-length ones
+    (B sequences of T tokens) are constants, cached (no row is past)."""
     if cu_seqlens is None:
         per_seq = math.ceil(T / CHUNK)
-        key = (B, per_seq, str(device))
+        key = (B, T, str(device))
         if key not in _fixed_tables:
             ends = torch.arange(1, B + 1, dtype=torch.int64, device=device) * per_seq
             counts = torch.tensor([B * per_seq, B], dtype=torch.int64, device=device)
-            _fixed_tables[key] = (ends, counts)
+            m = torch.arange(max(B * per_seq, 1), dtype=torch.int64)
+            seq, chunk = m // max(per_seq, 1), m % max(per_seq, 1)
+            spans = torch.stack([seq * T + chunk * CHUNK, (seq + 1) * T], 1).to(device)
+            _fixed_tables[key] = (ends, counts, spans)
         return (*_fixed_tables[key], max(B * per_seq, 1))
     n = cu_seqlens.numel() - 1
+    slots = max(math.ceil(T / CHUNK) if n == 1 else T // CHUNK + n, 1)
     ends = torch.empty(n, dtype=torch.int64, device=device)
     counts = torch.empty(2, dtype=torch.int64, device=device)
-    _tables_kernel(cu_seqlens, ends, counts, out_rows)
-    slots = math.ceil(T / CHUNK) if n == 1 else T // CHUNK + n
-    return ends, counts, max(slots, 1)
+    spans = torch.empty(slots, 2, dtype=torch.int64, device=device)
+    _tables_kernel(cu_seqlens, ends, counts, spans, out_rows)
+    return ends, counts, spans, slots
 
 
 def chunk_kda(
@@ -1185,7 +1205,7 @@ def chunk_kda(
     else:
         out = v.contiguous()
     v_rows = out.as_strided((total, HV * V), (out.stride(1), 1))
-    ends, counts, slots = _chunk_tables(
+    ends, counts, spans, slots = _chunk_tables(
         cu_seqlens, B, total if cu_seqlens is not None else T, q.device, v_rows
     )
     g_rows = g.reshape(total * HV, K)
@@ -1205,14 +1225,13 @@ def chunk_kda(
     gcum = torch.empty(total * HV, K, dtype=torch.float32, device=dev)
     rnorm_q = torch.empty(total * HV, dtype=torch.float32, device=dev)
     rnorm_k = torch.empty_like(rnorm_q)
-    spans = torch.empty(slots, 2, dtype=torch.int64, device=dev)
     l2norm, raw_beta, group = bool(use_qk_l2norm_in_kernel), bool(beta_is_raw), HV // H
     # One program per chunk lane (and head, tile): a lane runs the real chunks p, p + P, ... (their count is
     # device data), so the empty chunk slots of a CUDA graph's tables cost no program.
     chunk_lanes = _lane_ids(slots if cu_seqlens is None else max(1, math.ceil(total / CHUNK)), dev)
     chunk_count = counts[:1]
     kernels["gate"](
-        g_rows, a_log, bias, cu, ends, gcum, spans, chunk_lanes,
+        g_rows, a_log, bias, spans, chunk_count, chunk_lanes, gcum,
         float(lower_bound if lower_bound is not None else 0.0), gate_mode, has_bias, HV,
     )  # fmt: skip
     akk = torch.empty(total * HV, CHUNK, dtype=torch.float32, device=dev)

@@ -81,7 +81,7 @@ PREFILL_METHOD = (
 # prefill kernel -> the parameters it writes: checked between configs; the pure outputs are zeroed first, the
 # written inputs restored before each check run (v's storage also in-graph before each timed call)
 PREFILL_OUTPUTS = {  # written only
-    "gate": ("gcum_rows", "spans"),
+    "gate": ("gcum_rows",),
     "intra": ("rnorm_q", "rnorm_k", "akk_rows", "aqk_rows"),
     "solve": ("tinv_rows",),
     "recompute": ("w_rows", "kg_rows", "qg_rows", "decay_rows"),

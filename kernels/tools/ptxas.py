@@ -66,8 +66,7 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
     lane = torch.zeros(1, dtype=torch.int32)
     # fmt: off
     return {
-        "gate": (e(rows, K, dtype=bf), e(HV), e(HV * K), cu, ends, gcum, spans, chunk_lanes, lower_bound, 2,
-                 True, HV),
+        "gate": (e(rows, K, dtype=bf), e(HV), e(HV * K), *chunk, gcum, lower_bound, 2, True, HV),
         "intra": (q, k, gcum, beta, rn, rn, *chunk, e(rows, 64), act64, scale, True, True, HV, HV // H),
         "solve": (e(rows, 64), *chunk, act64, HV),
         "recompute": (q, k, v, gcum, beta, rn, rn, *chunk, act64, *wkq, e(M * HV, K), scale, True, HV,

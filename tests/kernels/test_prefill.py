@@ -268,14 +268,19 @@ def test_state_pass_launches_per_count_range_run_only_the_batchs_own(monkeypatch
 
 def test_chunk_tables_count_real_chunks_and_stop_at_the_last_sequence_with_tokens():
     """One kernel launch gives every later kernel its chunk map: the chunk ends per sequence, the real
-    chunks, and the index after the last sequence with tokens (empty ones inside count, the table's empty
-    slots after it do not); more sequences than one 128-wide tile carry the running sum across tiles."""
+    chunks, the index after the last sequence with tokens (empty ones inside count, the table's empty
+    slots after it do not), and each real chunk's token span (empty sequences own no chunk); more sequences
+    than one 128-wide tile and more chunks than one 64-wide tile carry the running sums across tiles."""
 
     def tables(lengths):
         cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
         out_rows = torch.ones(int(cu[-1]), 4, dtype=torch.bfloat16)
-        ends, counts, _ = prefill._chunk_tables(cu, 1, int(cu[-1]), cu.device, out_rows)
+        ends, counts, spans, slots = prefill._chunk_tables(cu, 1, int(cu[-1]), cu.device, out_rows)
         assert bool((out_rows == 1).all()), "no row is past the batch: none is zeroed"
+        assert spans.shape == (slots, 2) and slots >= counts[0]
+        bounds = cu.tolist()
+        expected = [[s, e] for b, e in zip(bounds[:-1], bounds[1:], strict=True) for s in range(b, e, 64)]
+        assert spans[: int(counts[0])].tolist() == expected
         return ends.tolist(), counts.tolist()
 
     assert tables([5, 0, 4, 0, 0]) == ([1, 1, 2, 2, 2], [2, 3])
@@ -283,6 +288,13 @@ def test_chunk_tables_count_real_chunks_and_stop_at_the_last_sequence_with_token
     assert tables([0, 0]) == ([0, 0], [0, 0])
     ends, counts = tables([65] * 300)
     assert ends == [2 * (i + 1) for i in range(300)] and counts == [600, 300]
+
+
+def test_fixed_length_tables_give_every_chunk_its_span():
+    """Without cu_seqlens, B sequences of T tokens: constant tables, with the same spans the kernel gives."""
+    ends, counts, spans, slots = prefill._chunk_tables(None, 3, 130, torch.device("cpu"), None)
+    assert ends.tolist() == [3, 6, 9] and counts.tolist() == [9, 3] and slots == 9
+    assert spans.tolist() == [[s, 130 * (b + 1)] for b in range(3) for s in range(130 * b, 130 * (b + 1), 64)]
 
 
 def test_state_pass_out_of_shared_memory_runs_with_fewer_stages(monkeypatch):
