@@ -1040,10 +1040,10 @@ def _tables_fn(
     writes the chunk ends and counts. Empty sequences before the last one with tokens are run by the state
     pass (they change nothing); the graph tables' empty slots after it are not.
 
-    The chunk programs map each chunk to its sequence and token span, once a chunk rather than once a
-    chunk, head and K tile in the gate. Each sums the chunk counts itself (no program waits on another):
-    chunk m belongs to the first sequence whose chunks end after m, and starts 64 tokens a chunk past the
-    end of the chunks before that sequence.
+    The chunk programs map each chunk to its sequence and token span, once for all heads and K tiles (the
+    gate, intra, solve and recompute read it). Each sums the chunk counts itself (no program waits on
+    another): chunk m belongs to the first sequence whose chunks end after m, and starts 64 tokens a chunk
+    past the end of the chunks before that sequence.
 
     The row programs zero the output rows past the batch's tokens (a CUDA graph's bucket padding: no later
     kernel writes them), so SGLang's graph need not mask them (`zeroes_padded_rows`)."""

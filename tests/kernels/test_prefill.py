@@ -270,7 +270,7 @@ def test_chunk_tables_count_real_chunks_and_stop_at_the_last_sequence_with_token
     """One kernel launch gives every later kernel its chunk map: the chunk ends per sequence, the real
     chunks, the index after the last sequence with tokens (empty ones inside count, the table's empty
     slots after it do not), and each real chunk's token span (empty sequences own no chunk); more sequences
-    than one 128-wide tile and more chunks than one 64-wide tile carry the running sums across tiles."""
+    than one 128-wide tile carry the running sums across tiles, and many 16-chunk programs map the spans."""
 
     def tables(lengths):
         cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
