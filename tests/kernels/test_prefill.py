@@ -141,6 +141,21 @@ def check(x, out, pool, *, lower_bound, beta_is_raw=True, l2norm=True, track=Non
             assert err < S_TOL, f"track state of sequence {n} (chunk {c}): {err}"
 
 
+def test_the_size_one_key_splits_exactly_on_which_dims_are_one():
+    """Helion's buckets, split by the kernels' key: two argument lists of the same ranks share a key exactly
+    when the same dims of the same tensors equal one (sizes 0 and >= 2 are Helion's own concern), whatever
+    the scalars and sizes otherwise."""
+    shapes = [(4096, 2048), (1, 2048), (4096, 1), (1, 1), (0, 2048), (2, 3)]
+    for first in shapes:
+        for second in shapes:
+            a = (torch.empty(first), 0.5, torch.empty(7), 3)
+            b = (torch.empty(second), 0.25, torch.empty(9), 4)
+            same_ones = [d == 1 for d in first] == [d == 1 for d in second]
+            assert (prefill._size_one_key(*a) == prefill._size_one_key(*b)) == same_ones, (first, second)
+    one_long = (torch.empty(1), torch.empty(5))
+    assert prefill._size_one_key(*one_long) != prefill._size_one_key(*reversed(one_long))
+
+
 def test_size_one_first_then_longer_in_one_process():
     """T = 1 with one head and one sequence is compiled first (fresh kernels: every flattened dim is 1),
     then T = 3, T = 70 and a two-sequence batch reuse nothing poisoned by the size-one trace."""
