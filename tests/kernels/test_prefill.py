@@ -167,6 +167,19 @@ def test_size_one_first_then_longer_in_one_process():
         check(x, out, pool, lower_bound=-5.0)
 
 
+def test_weak_decay_carries_the_state_through_every_chunk():
+    """With the default gate's strong decay (lower bound -5) a chunk's state forgets the chunks before it
+    within a few tokens, so the state transition between chunks barely shows in the outputs. A gate bounded
+    at -0.05 keeps most of the state over a chunk: outputs, final states and a track snapshot of sequences
+    of 3 to 5 chunks, against the fp64 reference."""
+    lens = [200, 320, 130]
+    x = make(lens, seed=7)
+    track_idx = torch.tensor([2, 4, 1])
+    track = torch.full((len(lens), 2, V, K), float("nan"))
+    out, v, pool = run(x, lower_bound=-0.05, track_state=track, track_chunk_idx=track_idx)
+    check(x, out, pool, lower_bound=-0.05, track=(track, track_idx))
+
+
 @pytest.mark.parametrize("block_v", [16, 32], ids=["state-v16", "state-v32"])
 def test_mixed_lengths_varlen_with_track_state(block_v):
     """Lengths 17, 1, 63, 64, 65, 130 in one varlen batch, called as SGLang's KDA backend calls it with
