@@ -1,9 +1,9 @@
 # Call, after ../cpu-2026-12-06-next-calls/setup-calls.sh; carry [".whl", ".carry"]. On an H200 (the targets'
-# GPU): served and the stack, then the prefill bench at 16 and 8 heads, in one call. On an H100: the recompute
-# search (search-h16.sh).
+# GPU): served and the stack, then the prefill bench at 16 and 8 heads, in one call. On an H100: served and the
+# bench at 16 heads with the H100 configs shipped for every recompute bucket (served-bench.sh).
 set -u
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  exec bash measurements/kernels-tuning/cpu-2026-12-06-h100-search/search-h16.sh
+  exec bash measurements/kernels-tuning/cpu-2026-12-06-next-calls/served-bench.sh
 fi
 source measurements/kernels-tuning/cpu-2026-12-06-next-calls/preamble.sh
 timeout 220 .carry/calls/kd kernels served --arms triton,helion --reps 3 \
