@@ -621,12 +621,14 @@ def _state_pass_fn(
     pool_index: torch.Tensor,  # [N]
     cu_seqlens: torch.Tensor,  # [N+1]
     chunk_ends: torch.Tensor,  # [N]
-    track_rows: torch.Tensor,  # [N*HV*V, K] fp32 out (has_track)
+    track_rows: torch.Tensor,  # [N*HV*V, K] fp32 out (track_to 1)
     track_chunk: torch.Tensor,  # [N]
+    track_mode: torch.Tensor,  # [N] (track_to 2): 0 untracked, 1 the final state, 2 the state at track_chunk
+    track_dst: torch.Tensor,  # [N] (track_to 2): the pool slot the tracked state goes to
     lanes: torch.Tensor,  # [P]: its size is the number of sequence lanes (values unused)
     seq_count: torch.Tensor,  # [1] int64: sequences up to the last non-empty one (device data)
     count_range: torch.Tensor,  # [2] int64: this launch runs the batch only if lo <= seq_count <= hi
-    has_track: hl.constexpr,
+    track_to: hl.constexpr,  # 0: no tracking; 1: snapshots into track_rows; 2: into the pool's track slots
     HV: hl.constexpr,
 ) -> torch.Tensor:
     K = hl.specialize(w_rows.size(1))
@@ -657,7 +659,7 @@ def _state_pass_fn(
             # products of a step are M >= 64 tensor-core dots with no register transposes.
             state_row = (torch.clamp(slot, min=0) * HV + hv) * V + tile_v.index
             state = hl.load(pool_rows, [state_row[None, :], kk[:, None]], extra_mask=has_slot).float()
-            if has_track:
+            if track_to:
                 # the state at the start of chunk track_at, kept in registers and stored after the loop (the
                 # only state stores are the final ones: a per-chunk state store inside this loop gave wrong
                 # values on the H200)
@@ -687,7 +689,7 @@ def _state_pass_fn(
                 kg_t = hl.load(kg_rows, [row[None, :], kk[:, None]])
                 qg = hl.load(qg_rows, [row[:, None], kk[None, :]])
                 aqk = hl.load(aqk_rows, [row[:, None], cols64[None, :]])
-                if has_track:
+                if track_to:
                     tracked = torch.where(tile_t.id == track_at, state, tracked)
                 state_b = state.to(torch.bfloat16)
                 v_cols = hv * V + tile_v.index
@@ -700,10 +702,19 @@ def _state_pass_fn(
                          extra_mask=valid[:, None])  # fmt: skip
             hl.store(pool_rows, [state_row[None, :], kk[:, None]], state.to(pool_rows.dtype),
                      extra_mask=has_slot)  # fmt: skip
-            if has_track:
+            if track_to:
                 written = (track_at >= 0) & (track_at * 64 < end - begin)
-                t_row = (n * HV + hv) * V + tile_v.index
-                hl.store(track_rows, [t_row[None, :], kk[:, None]], tracked, extra_mask=written)
+                if track_to == 1:
+                    t_row = (n * HV + hv) * V + tile_v.index
+                    hl.store(track_rows, [t_row[None, :], kk[:, None]], tracked, extra_mask=written)
+                else:
+                    # SGLang's radix-cache track slot, written here rather than copied by a kernel of its own
+                    # after this one: the final state (mode 1) or the tracked chunk's (mode 2)
+                    mode = track_mode[n]
+                    snapshot = torch.where(mode == 1, state, tracked).to(pool_rows.dtype)
+                    d_row = (torch.clamp(track_dst[n].long(), min=0) * HV + hv) * V + tile_v.index
+                    hl.store(pool_rows, [d_row[None, :], kk[:, None]], snapshot,
+                             extra_mask=(mode == 1) | ((mode == 2) & written))  # fmt: skip
     return pool_rows
 
 
@@ -1149,6 +1160,8 @@ def chunk_kda(
     output_intermediate_states: bool = False,
     track_state: torch.Tensor | None = None,
     track_chunk_idx: torch.Tensor | None = None,
+    track_mode: torch.Tensor | None = None,
+    track_dst: torch.Tensor | None = None,
     beta_is_raw: bool = False,
     chunk_indices: torch.Tensor | None = None,
     chunk_offsets: torch.Tensor | None = None,
@@ -1162,14 +1175,22 @@ def chunk_kda(
     at initial_state_indices [N] (negative: zero start, nothing written). Varlen: B == 1 and cu_seqlens
     [N+1]. The output is written into v's storage; returns o, or (o, None) with
     output_intermediate_states (per-chunk states are not materialised; see the module docstring).
-    chunk_indices/chunk_offsets are accepted for signature compatibility; the chunk map is rebuilt on the
-    device without a host sync.
+    Radix-cache tracking, either way keyed by track_chunk_idx [N] (the chunk whose starting state is tracked,
+    -1 none): track_state [N,HV,V,K] fp32 receives those snapshots (SGLang's KDA backend then copies them);
+    or track_mode [N] (0 none, 1 the final state, 2 the tracked chunk's) and track_dst [N] name the pool
+    slot each goes to, written here in the pool's dtype (SGLang's prefill graph with kdakit's patch, which
+    then skips its own copy). chunk_indices/chunk_offsets are accepted for signature compatibility; the
+    chunk map is rebuilt on the device without a host sync.
     """
     del chunk_indices, chunk_offsets, kwargs
     if initial_state is None or initial_state_indices is None:
         raise ValueError("KDA prefill requires an indexed initial-state pool")
-    if (track_state is None) != (track_chunk_idx is None):
-        raise ValueError("track_state and track_chunk_idx must be passed together")
+    if track_state is not None and track_mode is not None:
+        raise ValueError("pass track_state (snapshots) or track_mode/track_dst (track slots), not both")
+    if (track_state is None and track_mode is None) != (track_chunk_idx is None):
+        raise ValueError("track_chunk_idx comes with track_state or with track_mode and track_dst")
+    if (track_mode is None) != (track_dst is None):
+        raise ValueError("track_mode and track_dst must be passed together")
     if track_state is not None and track_state.dtype != torch.float32:
         raise ValueError(f"track_state must be fp32, got {track_state.dtype}")
     if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:2] != q.shape[:2]:
@@ -1260,20 +1281,21 @@ def chunk_kda(
         kg, qg, decay, float(scale), raw_beta, HV, group,
     )  # fmt: skip
 
-    has_track = track_state is not None
-    if has_track:
-        track_rows = track_state.view(-1, K)
-        track_chunk = track_chunk_idx
-    else:
-        track_rows = torch.empty(1, K, dtype=torch.float32, device=dev)
-        track_chunk = initial_state_indices
+    # (where no snapshot is written: one row the kernel never stores to)
+    track_rows, track_chunk = torch.empty(1, K, dtype=torch.float32, device=dev), initial_state_indices
+    modes, dsts = initial_state_indices, initial_state_indices
+    track_to = 0
+    if track_state is not None:
+        track_to, track_rows, track_chunk = 1, track_state.view(-1, K), track_chunk_idx
+    elif track_mode is not None:
+        track_to, track_chunk, modes, dsts = 2, track_chunk_idx, track_mode, track_dst
     if not initial_state.is_contiguous():
         raise ValueError("initial_state must be a contiguous [slots,HV,V,K] pool")
     pool_rows = initial_state.view(-1, K)
     for state_kernel, lane_ids, count_range in _state_launches(kernels["state"], N, HV, V, dev):
         _launch_within_shared_memory(state_kernel, (
             w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
-            track_rows, track_chunk, lane_ids, counts[1:], count_range, has_track, HV,
+            track_rows, track_chunk, modes, dsts, lane_ids, counts[1:], count_range, track_to, HV,
         ))  # fmt: skip
     return (out, None) if output_intermediate_states else out
 
@@ -1287,3 +1309,6 @@ chunk_kda.takes_prefill_graph_tables = True
 # The output rows past the batch's tokens come back zero (`_tables_fn`): SGLang's graph, with kdakit's patch,
 # skips its own masking pass over the whole output for an extend kernel that declares this.
 chunk_kda.zeroes_padded_rows = True
+# The graph's radix-cache track slots are written by the state pass (track_mode / track_dst): SGLang's graph,
+# with kdakit's patch, passes them instead of a snapshot buffer and skips its own copy kernel.
+chunk_kda.writes_track_slots = True

@@ -10,8 +10,10 @@ instead of importing SGLang's own Helion entry points, imports them from the mod
 SGLang's KDA backend (`srt/layers/attention/linear/kda_backend.py`) also captures in its breakable prefill
 CUDA graph an extend kernel that declares `takes_prefill_graph_tables`, and the graph's extend
 (`srt/layers/attention/linear/kda_prefill_graph.py`) skips its masking pass over the padded output rows for
-one that declares `zeroes_padded_rows` (the adapter copies both declarations from the prefill entry point:
-kdakit's `chunk_kda` makes them, SGLang's Helion prefill does not).
+one that declares `zeroes_padded_rows`; for one that declares `writes_track_slots` it hands over the
+radix-cache track modes and slots instead of a snapshot buffer and skips its own copy into the slots (the
+adapter copies these declarations from the prefill entry point and passes the slots on: kdakit's `chunk_kda`
+makes them, SGLang's Helion prefill does not).
 
 The `--linear-attn-{prefill,decode,verify}-backend helion` flags keep working verbatim: the patch changes
 which kernels the Helion backend calls, never how it is selected. ReplaySSM decode stays upstream.
@@ -54,7 +56,8 @@ ENTRY_POINTS = {
 # it accept an extend kernel that declares `takes_prefill_graph_tables` (kdakit's prefill does).
 BACKEND = "sglang/srt/layers/attention/linear/kda_backend.py"
 # The graph's KDA extend; the patch skips its masking of the padded output rows for an extend kernel that
-# declares `zeroes_padded_rows` (kdakit's prefill does).
+# declares `zeroes_padded_rows`, and its track-slot copy for one that declares `writes_track_slots` (kdakit's
+# prefill declares both).
 PREFILL_GRAPH = "sglang/srt/layers/attention/linear/kda_prefill_graph.py"
 PATCH_DIR = Path(__file__).resolve().parent
 log = logging.getLogger("kdakit.integration")

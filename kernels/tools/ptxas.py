@@ -59,9 +59,9 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
     chunk_count, chunk_lanes = torch.full((1,), M, dtype=torch.int64), torch.zeros(M, dtype=torch.int32)
     wkq = [e(rows, K, dtype=bf) for _ in range(3)]
     chunk = (spans, chunk_count, chunk_lanes)
-    # the state pass's one sequence (its pool slot, tracked chunk and count: three tensors, since Helion
-    # passes one tensor given twice as one argument) in one sequence lane
-    slot, tracked, seqs = (torch.ones(1, dtype=torch.int64) for _ in range(3))
+    # the state pass's one sequence (its pool slot, tracked chunk, track mode and slot, and count: five
+    # tensors, since Helion passes one tensor given twice as one argument) in one sequence lane
+    slot, tracked, mode, dst, seqs = (torch.ones(1, dtype=torch.int64) for _ in range(5))
     count_range = torch.tensor([0, 1], dtype=torch.int64)
     lane = torch.zeros(1, dtype=torch.int32)
     # fmt: off
@@ -72,7 +72,7 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
         "recompute": (q, k, v, gcum, beta, rn, rn, *chunk, act64, *wkq, e(M * HV, K), scale, True, HV,
                       HV // H),
         "state": (wkq[0], v, *wkq[1:], act64, e(M * HV * K), e(3 * HV * V, K), slot, cu, ends, e(1, K),
-                  tracked, lane, seqs, count_range, False, HV),
+                  tracked, mode, dst, lane, seqs, count_range, 0, HV),
     }
     # fmt: on
 

@@ -65,6 +65,7 @@ def test_patch_applies_cleanly_to_the_pinned_wheel(tree: Path):
     assert integration.apply(tree) == [graph, backend, adapter]
     assert '"takes_prefill_graph_tables"' in backend.read_text()
     assert '"zeroes_padded_rows"' in graph.read_text() and '"zeroes_padded_rows"' in adapter.read_text()
+    assert '"writes_track_slots"' in graph.read_text() and '"writes_track_slots"' in adapter.read_text()
     after = adapter.read_text()
     assert "KDAKIT_HELION_MODULES = helion_kda_modules()" in after
     assert "from sglang.kernels.ops.attention.helion.kda_decode import" not in after

@@ -402,6 +402,41 @@ def test_key_and_value_widths_that_differ(monkeypatch, key_dim, value_dim):
     check(x, out, pool, lower_bound=-5.0)
 
 
+def _converted_from(stored: torch.Tensor, fp32: torch.Tensor) -> bool:
+    """Whether `stored` is `fp32` in its dtype, rounded to nearest (the GPU's conversion) or truncated (the
+    CPU interpreter's conversion to bf16)."""
+    if stored.dtype == torch.float32:
+        return torch.equal(stored, fp32)
+    truncated = (fp32.contiguous().view(torch.int32) & ~0xFFFF).view(torch.float32).to(stored.dtype)
+    return torch.equal(stored, fp32.to(stored.dtype)) or torch.equal(stored, truncated)
+
+
+@pytest.mark.parametrize("pool_dtype", [torch.float32, torch.bfloat16], ids=["fp32-pool", "bf16-pool"])
+def test_track_slots_get_the_final_or_the_chunk_state_in_the_pools_dtype(pool_dtype):
+    """SGLang's prefill graph, with kdakit's patch, hands the state pass its radix-cache track slots instead
+    of a snapshot buffer (`writes_track_slots`): mode 1 stores the sequence's final state into its slot,
+    mode 2 the state at the start of chunk track_chunk_idx, mode 0 nothing; the values the snapshot run
+    gives, in the pool's dtype, and no other slot changes."""
+    x = make([130, 70, 200, 5], seed=9, slots=12)  # the sequences' own slots: 1, 3, 5, 7
+    x["pool"] = x["pool"].to(pool_dtype)
+    chunk = torch.tensor([1, -1, 2, -1])
+    mode = torch.tensor([2, 1, 2, 0])
+    dst = torch.tensor([9, 10, 11, 0])
+    snapshots = torch.full((4, 2, V, K), float("nan"))
+    out_a, _, pool_a = run(x, track_state=snapshots, track_chunk_idx=chunk)
+    out_b, _, pool_b = run(x, track_chunk_idx=chunk, track_mode=mode, track_dst=dst)
+    assert torch.equal(out_a, out_b) and torch.equal(pool_a[:9], pool_b[:9])
+    assert torch.equal(pool_a[9:], x["pool"][9:])  # the snapshot run leaves the track slots alone
+    assert _converted_from(pool_b[9], snapshots[0])
+    assert torch.equal(pool_b[10], pool_b[3])  # sequence 1's final state
+    assert _converted_from(pool_b[11], snapshots[2])
+    assert torch.equal(pool_b[0], x["pool"][0])  # mode 0 writes nothing to its slot
+    with pytest.raises(ValueError, match="not both"):
+        run(x, track_state=snapshots, track_chunk_idx=chunk, track_mode=mode, track_dst=dst)
+    with pytest.raises(ValueError, match="track_mode and track_dst must be passed together"):
+        run(x, track_chunk_idx=chunk, track_mode=mode)
+
+
 def test_short_g_or_beta_rejected():
     x = make([10])
     x["g"] = x["g"][:, :9]
