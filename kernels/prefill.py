@@ -41,7 +41,8 @@ bandwidth-bound.
    and gfx950 prefills return it). SGLang 0.5.23's KDA backend never reads it from a kernel that declares
    `supports_track_state_snapshot`: radix-cache tracking takes the in-kernel `track_state` snapshot or the
    final pool state (`KDAAttnBackend.forward_extend` -> `MambaAttnBackendBase._track_mamba_state_extend`,
-   which asserts rather than read a missing h).
+   which asserts rather than read a missing h). In SGLang's prefill graph the state pass writes the track
+   slots themselves (`track_mode`, `track_dst`; `writes_track_slots`).
 
 Every length enters the kernels as data (cu_seqlens and the per-sequence chunk ends, computed on the device
 with no host sync, so a captured call replays correctly with new lengths) or as a symbolic size, and each
