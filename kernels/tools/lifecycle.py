@@ -313,7 +313,13 @@ class _PrefillGraph:
     metadata: object = None  # the KDA extend's static tables (None: the extend is an eager break)
     graph: object = None  # SGLang's BreakableCUDAGraph (None on the CPU)
     out: object = None  # the captured output
-    run_once: object = None
+
+    def run(self, body):
+        """One call of the layer body on the static buffers. A method, not a closure stored on the entry:
+        a closure over the entry would make a reference cycle, so a dropped graph would wait for the cycle
+        collector, which could then destroy it in the middle of a later capture and invalidate that one."""
+        mixed, gate, beta = self.static
+        return body(self.batch, mixed, gate.unsqueeze(0), beta.unsqueeze(0))
 
 
 @dataclass
@@ -582,6 +588,7 @@ class Lifecycle:
         clearing the capture slot after each, then SGLang's BreakableCUDAGraphCapture of the layer over static
         inputs. On the CPU nothing is captured: a replay runs the same forward on the same static buffers."""
         import torch
+        from sglang.srt.model_executor.runner.base_cuda_graph_runner import freeze_gc
         from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import (
             BreakableCUDAGraph,
             BreakableCUDAGraphCapture,
@@ -596,11 +603,6 @@ class Lifecycle:
             torch.zeros(bucket, self.H, dtype=self.act_dtype, device=dev),
         )
         entry = _PrefillGraph(bucket, fb, static)
-
-        def run_once():
-            return self.body(entry.batch, static[0], static[1].unsqueeze(0), static[2].unsqueeze(0))
-
-        entry.run_once = run_once
         cache = self.pool.mamba_pool.mamba_cache
         with torch.no_grad(), self._prefill_context(fb):
             if self.backend.use_captured_forward_metadata_for_breakable_cuda_graph:
@@ -610,17 +612,22 @@ class Lifecycle:
             if dev != "cpu":
                 for _ in range(2):  # the runner's warm-ups, the capture slot cleared after each
                     torch.cuda.synchronize()
-                    run_once()
+                    entry.run(self.body)
                     for t in (cache.temporal, *cache.conv):
                         t[:, 0].zero_()
                 entry.graph = BreakableCUDAGraph()
                 self._stack.enter_context(_strong_refs_without_sgl_kernel())
                 stream = torch.cuda.Stream()  # captures run on a side stream, as the runner's do
                 stream.wait_stream(torch.cuda.current_stream())
-                with BreakableCUDAGraphCapture(
-                    cuda_graph=entry.graph, pool=torch.cuda.graph_pool_handle(), stream=stream
+                # the runner's garbage-collector guard (the server's default, --enable-cudagraph-gc off):
+                # collect first, frozen while capturing, so no earlier graph is destroyed mid-capture
+                with (
+                    freeze_gc(enable_cudagraph_gc=False),
+                    BreakableCUDAGraphCapture(
+                        cuda_graph=entry.graph, pool=torch.cuda.graph_pool_handle(), stream=stream
+                    ),
                 ):
-                    entry.out = run_once()
+                    entry.out = entry.run(self.body)
                 torch.cuda.current_stream().wait_stream(stream)
         self._prefill_graphs[bucket] = entry
         return entry
@@ -658,7 +665,7 @@ class Lifecycle:
                 # metadata) on the static buffers; an eager break reads the batch the runner holds
                 entry.batch = copy.copy(batch)
                 entry.batch.global_num_token_non_padded_cpu = bucket
-                out = entry.run_once()
+                out = entry.run(self.body)
         out = out.reshape(bucket, self.H, self.D)
         if n < bucket and not bool((out[n:] == 0).all()):
             raise AssertionError(f"{self.arm} {phase}: the bucket's padded rows of the output are not zero")

@@ -202,14 +202,16 @@ def _find(rows, arm, case, mode):
 def ttft_estimates(record: dict) -> list[dict]:
     """Per arm and the PR's input lengths: the prefill's estimated time as served (graph mode), in chunks
     of the chunked-prefill size, each chunk timed as the stack case of that many tokens (the largest stack
-    case up to the chunk; later chunks' prefix state is ignored: the KDA cost is linear in new tokens)."""
+    case up to the chunk, scaled to it; later chunks' prefix state is ignored: the KDA cost is linear in new
+    tokens). No estimate from a case under half the chunk: scaled further, a prefill's fixed costs would
+    count as per-token costs (a 16-token stack scaled to 4096 tokens is 25 times too slow)."""
     chunk = record["config"]["chunked_prefill_size"]
     stack = record["stack"]
     sizes = sorted({int(r["case"].split("x")[1]) for r in stack if r["case"].startswith("1x")})
     out = []
     for tokens in TTFT_INPUTS:
         per = min(tokens, chunk)
-        case_tokens = max((s for s in sizes if s <= per), default=None)
+        case_tokens = max((s for s in sizes if per / 2 <= s <= per), default=None)
         if case_tokens is None:
             continue
         chunks = math.ceil(tokens / per)

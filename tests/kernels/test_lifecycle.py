@@ -120,6 +120,29 @@ def test_the_verify_kernel_gets_the_backends_row_table_and_the_tree():
     assert [row[1:] for row in tree_parents] == [lifecycle.TREE_PARENTS[1:]] * 2
 
 
+def test_a_dropped_prefill_graph_is_freed_at_once_not_by_the_cycle_collector():
+    """`kdakit kernels served` drops each case's captured graphs before the next case's capture. A graph
+    entry in a reference cycle outlives that until the cycle collector runs, which may be in the middle of a
+    later capture: destroying a CUDA graph there invalidates that capture ("operation failed due to a
+    previous error during capture"). Dropped entries must be freed by their reference count alone."""
+    import gc
+    import weakref
+
+    shape = lifecycle.Shape(heads=1, head_dim=32, prefill_lens=(3,), decode_steps=0, prefill_buckets=(16,))
+    with lifecycle.Lifecycle("triton", shape, device="cpu") as life:
+        reqs = [life.new_request()]
+        life.extend(reqs, [3], graph=True)
+        (entry,) = life._prefill_graphs.values()
+        dropped = weakref.ref(entry)
+        del entry
+        gc.disable()
+        try:
+            life._prefill_graphs.clear()
+            assert dropped() is None, "a dropped prefill graph entry waits for the cycle collector"
+        finally:
+            gc.enable()
+
+
 def test_unknown_arm_is_one_clear_error():
     with pytest.raises(ValueError, match="unknown arm 'fast'; arms: triton, helion, helion-upstream"):
         lifecycle.arm_settings("fast")

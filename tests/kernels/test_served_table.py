@@ -58,6 +58,18 @@ def test_ttft_estimate_scales_the_chunk_case_to_the_input():
     assert (long["tokens"], long["ms"], long["chunks"]) == (32768, 8.0, 4)
 
 
+def test_no_estimate_from_a_stack_case_far_below_the_chunk():
+    """A run with only a short stack case (a profiling run's 1x16) estimates nothing: scaling 16 tokens to
+    4096 would count the prefill's fixed costs 256 times."""
+    record = {
+        "config": {"chunked_prefill_size": 8192, "arms": ["triton"]},
+        "stack": [{"arm": "triton", "case": "1x16", "mode": "graph", "us": 4900.0}],
+    }
+    assert served.ttft_estimates(record) == []
+    record["stack"].append({"arm": "triton", "case": "1x2048", "mode": "graph", "us": 30000.0})
+    assert [(e["tokens"], e["case"]) for e in served.ttft_estimates(record)] == [(4096, "1x2048")]
+
+
 def test_an_arm_without_a_triton_estimate_shows_no_difference():
     newest = sorted(served.RECORDS.glob(f"*/*/{served.RAW_NAME}"))[-1]
     record = json.loads(newest.read_text())
