@@ -42,7 +42,8 @@ bandwidth-bound.
    `supports_track_state_snapshot`: radix-cache tracking takes the in-kernel `track_state` snapshot or the
    final pool state (`KDAAttnBackend.forward_extend` -> `MambaAttnBackendBase._track_mamba_state_extend`,
    which asserts rather than read a missing h). In SGLang's prefill graph the state pass writes the track
-   slots themselves (`track_mode`, `track_dst`; `writes_track_slots`).
+   slots themselves (`track_mode`, `track_dst`; `writes_track_slots`) and o into the layer's output buffer
+   (`output`; `writes_into_output`), where elsewhere o goes over U in v's storage.
 
 Every length enters the kernels as data (cu_seqlens and the per-sequence chunk ends, computed on the device
 with no host sync, so a captured call replays correctly with new lengths) or as a symbolic size, and each
@@ -613,7 +614,8 @@ def _recompute_fn(
 
 def _state_pass_fn(
     w_rows: torch.Tensor,  # [T*HV, K] bf16
-    u_rows: torch.Tensor,  # [T, HV*V] (v's storage) in: U, out: o
+    u_rows: torch.Tensor,  # [T, HV*V] (v's storage) in: U
+    o_rows: torch.Tensor,  # [T, HV*V] out: o (v's storage again, or the caller's output buffer)
     kg_rows: torch.Tensor,  # [T*HV, K] bf16
     qg_rows: torch.Tensor,  # [T*HV, K] bf16
     aqk_rows: torch.Tensor,  # [T*HV, 64] bf16
@@ -637,7 +639,7 @@ def _state_pass_fn(
     N = pool_index.size(0)
     P = lanes.size(0)
     block_v = hl.register_block_size(16, V)
-    hl.specialize((w_rows.stride(0), u_rows.stride(0), pool_rows.stride(0)))
+    hl.specialize((w_rows.stride(0), u_rows.stride(0), o_rows.stride(0), pool_rows.stride(0)))
     # the operands' row strides as constants: w and qg share their staged loads' offsets
     hl.specialize((kg_rows.stride(0), qg_rows.stride(0), aqk_rows.stride(0)))
     # One program per (lane, value head, V tile); lane p runs sequences p, p + P, ... up to seq_count. A
@@ -699,7 +701,7 @@ def _state_pass_fn(
                 o_q = _dot32(qg, state_b)
                 state = state * decay[:, None] + _dot32(kg_t, v_new)
                 o = o_q + _dot32(aqk, v_new)
-                hl.store(u_rows, [token[:, None], v_cols[None, :]], o.to(u_rows.dtype),
+                hl.store(o_rows, [token[:, None], v_cols[None, :]], o.to(o_rows.dtype),
                          extra_mask=valid[:, None])  # fmt: skip
             hl.store(pool_rows, [state_row[None, :], kk[:, None]], state.to(pool_rows.dtype),
                      extra_mask=has_slot)  # fmt: skip
@@ -1043,6 +1045,12 @@ def _is_pow2(n: int) -> bool:
 _fixed_cus: dict[tuple, torch.Tensor] = {}
 
 
+def _token_rows_are_a_view(x: torch.Tensor) -> bool:
+    """Whether [B, T, heads, dim] x is [B*T, heads*dim] token rows of one row stride."""
+    B, T = x.shape[:2]
+    return x.stride(-1) == 1 and x.stride(-2) == x.shape[-1] and (B == 1 or x.stride(0) == T * x.stride(1))
+
+
 def _fixed_cu(B: int, T: int, device) -> torch.Tensor:
     key = (B, T, str(device))
     if key not in _fixed_cus:
@@ -1166,6 +1174,7 @@ def chunk_kda(
     beta_is_raw: bool = False,
     chunk_indices: torch.Tensor | None = None,
     chunk_offsets: torch.Tensor | None = None,
+    output: torch.Tensor | None = None,
     **kwargs,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Chunked KDA prefill with SGLang 0.5.23's Helion `chunk_kda` contract.
@@ -1174,7 +1183,9 @@ def chunk_kda(
     else softplus), else pre-activated log decay; beta [B,T',HV] (logits when beta_is_raw); T' >= T, rows
     past T (CUDA Graph padding) are ignored. initial_state [slots,HV,V,K] (fp32/bf16) is updated in place
     at initial_state_indices [N] (negative: zero start, nothing written). Varlen: B == 1 and cu_seqlens
-    [N+1]. The output is written into v's storage; returns o, or (o, None) with
+    [N+1]. The output is written into `output` [B,T,HV,V] (v's dtype, token rows a view) where given (the
+    layer's output buffer, handed over by SGLang's prefill graph with kdakit's patch, which then copies
+    nothing), else into v's storage; v's storage is scratch either way. Returns o, or (o, None) with
     output_intermediate_states (per-chunk states are not materialised; see the module docstring).
     Radix-cache tracking, either way keyed by track_chunk_idx [N] (the chunk whose starting state is tracked,
     -1 none): track_state [N,HV,V,K] fp32 receives those snapshots (SGLang's KDA backend then copies them);
@@ -1229,15 +1240,22 @@ def chunk_kda(
     # token rows [T, heads*dim] with any row stride: views of SGLang's packed conv output stay views
     q_rows = q.reshape(total, H * K)
     k_rows = k.reshape(total, H * K)
-    # the output goes into v's storage: directly when v's token rows are a view (contiguous v, or a
-    # slice of a packed qkv buffer), else into a contiguous copy, as SGLang's kernels do
-    if v.stride(-1) == 1 and v.stride(-2) == V and (B == 1 or v.stride(0) == T * v.stride(1)):
-        out = v
-    else:
-        out = v.contiguous()
-    v_rows = out.as_strided((total, HV * V), (out.stride(1), 1))
+    # U overwrites v in its storage: directly when v's token rows are a view (contiguous v, or a slice of a
+    # packed qkv buffer), else in a contiguous copy, as SGLang's kernels do; o follows it there unless the
+    # caller gives the output buffer
+    work = v if _token_rows_are_a_view(v) else v.contiguous()
+    v_rows = work.as_strided((total, HV * V), (work.stride(1), 1))
+    out = work
+    if output is not None:
+        if output.shape != v.shape or output.dtype != v.dtype or not _token_rows_are_a_view(output):
+            raise ValueError(
+                f"output must be a {tuple(v.shape)} {v.dtype} tensor whose token rows are a view; got "
+                f"{tuple(output.shape)} {output.dtype} with strides {output.stride()}"
+            )
+        out = output
+    o_rows = out.as_strided((total, HV * V), (out.stride(1), 1))
     ends, counts, spans, slots = _chunk_tables(
-        cu_seqlens, B, total if cu_seqlens is not None else T, q.device, v_rows
+        cu_seqlens, B, total if cu_seqlens is not None else T, q.device, o_rows
     )
     g_rows = g.reshape(total * HV, K)
     beta_rows = beta.reshape(total * HV)
@@ -1295,7 +1313,7 @@ def chunk_kda(
     pool_rows = initial_state.view(-1, K)
     for state_kernel, lane_ids, count_range in _state_launches(kernels["state"], N, HV, V, dev):
         _launch_within_shared_memory(state_kernel, (
-            w, v_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
+            w, v_rows, o_rows, kg, qg, aqk, decay.view(-1), pool_rows, initial_state_indices, cu, ends,
             track_rows, track_chunk, modes, dsts, lane_ids, counts[1:], count_range, track_to, HV,
         ))  # fmt: skip
     return (out, None) if output_intermediate_states else out
@@ -1313,3 +1331,6 @@ chunk_kda.zeroes_padded_rows = True
 # The graph's radix-cache track slots are written by the state pass (track_mode / track_dst): SGLang's graph,
 # with kdakit's patch, passes them instead of a snapshot buffer and skips its own copy kernel.
 chunk_kda.writes_track_slots = True
+# The output goes into the buffer passed as `output`: SGLang's graph, with kdakit's patch, passes the layer's
+# output buffer, so the layer's copy of the extend's output into it does not run.
+chunk_kda.writes_into_output = True

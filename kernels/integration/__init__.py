@@ -11,9 +11,10 @@ SGLang's KDA backend (`srt/layers/attention/linear/kda_backend.py`) also capture
 CUDA graph an extend kernel that declares `takes_prefill_graph_tables`, and the graph's extend
 (`srt/layers/attention/linear/kda_prefill_graph.py`) skips its masking pass over the padded output rows for
 one that declares `zeroes_padded_rows`; for one that declares `writes_track_slots` it hands over the
-radix-cache track modes and slots instead of a snapshot buffer and skips its own copy into the slots (the
-adapter copies these declarations from the prefill entry point and passes the slots on: kdakit's `chunk_kda`
-makes them, SGLang's Helion prefill does not).
+radix-cache track modes and slots instead of a snapshot buffer and skips its own copy into the slots; and
+to one that declares `writes_into_output` the backend hands the layer's output buffer, so the layer copies
+nothing into it (the adapter copies these declarations from the prefill entry point and passes the slots and
+the buffer on: kdakit's `chunk_kda` makes them, SGLang's Helion prefill does not).
 
 The `--linear-attn-{prefill,decode,verify}-backend helion` flags keep working verbatim: the patch changes
 which kernels the Helion backend calls, never how it is selected. ReplaySSM decode stays upstream.
@@ -53,11 +54,12 @@ ENTRY_POINTS = {
     "prefill": "chunk_kda",
 }
 # The SGLang file that decides whether a breakable prefill CUDA graph captures the KDA extend; the patch makes
-# it accept an extend kernel that declares `takes_prefill_graph_tables` (kdakit's prefill does).
+# it accept an extend kernel that declares `takes_prefill_graph_tables` (kdakit's prefill does) and pass the
+# layer's output buffer on to the graph's extend.
 BACKEND = "sglang/srt/layers/attention/linear/kda_backend.py"
 # The graph's KDA extend; the patch skips its masking of the padded output rows for an extend kernel that
-# declares `zeroes_padded_rows`, and its track-slot copy for one that declares `writes_track_slots` (kdakit's
-# prefill declares both).
+# declares `zeroes_padded_rows` and its track-slot copy for one that declares `writes_track_slots`, and hands
+# the layer's output buffer to one that declares `writes_into_output` (kdakit's prefill declares all three).
 PREFILL_GRAPH = "sglang/srt/layers/attention/linear/kda_prefill_graph.py"
 PATCH_DIR = Path(__file__).resolve().parent
 log = logging.getLogger("kdakit.integration")

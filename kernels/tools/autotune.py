@@ -85,10 +85,10 @@ PREFILL_OUTPUTS = {  # written only
     "intra": ("rnorm_q", "rnorm_k", "akk_rows", "aqk_rows"),
     "solve": ("tinv_rows",),
     "recompute": ("w_rows", "kg_rows", "qg_rows", "decay_rows"),
-    "state": ("track_rows",),
+    "state": ("o_rows", "track_rows"),  # (recorded args are copies: o in a buffer of its own, as served)
 }
-PREFILL_INOUT = {"recompute": ("v_rows",), "state": ("u_rows", "pool_rows")}  # read, then written
-PREFILL_RESTORED_IN_GRAPH = ("v_rows", "u_rows")  # v's storage: U or o overwrite it
+PREFILL_INOUT = {"recompute": ("v_rows",), "state": ("pool_rows",)}  # read, then written
+PREFILL_RESTORED_IN_GRAPH = ("v_rows",)  # v's storage: U overwrites it
 METHOD = (
     "helion autotune seeded with the module default and its seed configs (CUDA graph benchmarking, pool of "
     "the bucket's slots), then per-call median of a CUDA graph of back-to-back calls with slots rotating "

@@ -71,8 +71,9 @@ def example_args(T=130, M=3) -> dict[str, tuple]:
         "solve": (e(rows, 64), *chunk, act64, HV),
         "recompute": (q, k, v, gcum, beta, rn, rn, *chunk, act64, *wkq, e(M * HV, K), scale, True, HV,
                       HV // H),
-        "state": (wkq[0], v, *wkq[1:], act64, e(M * HV * K), e(3 * HV * V, K), slot, cu, ends, e(1, K),
-                  tracked, mode, dst, lane, seqs, count_range, 0, HV),
+        # (the output in a buffer of its own, as SGLang's prefill graph hands it over)
+        "state": (wkq[0], v, e(T, HV * V, dtype=bf), *wkq[1:], act64, e(M * HV * K), e(3 * HV * V, K), slot,
+                  cu, ends, e(1, K), tracked, mode, dst, lane, seqs, count_range, 0, HV),
     }
     # fmt: on
 

@@ -66,6 +66,8 @@ def test_patch_applies_cleanly_to_the_pinned_wheel(tree: Path):
     assert '"takes_prefill_graph_tables"' in backend.read_text()
     assert '"zeroes_padded_rows"' in graph.read_text() and '"zeroes_padded_rows"' in adapter.read_text()
     assert '"writes_track_slots"' in graph.read_text() and '"writes_track_slots"' in adapter.read_text()
+    assert '"writes_into_output"' in graph.read_text() and '"writes_into_output"' in adapter.read_text()
+    assert 'output=kwargs.get("linear_attn_output")' in backend.read_text()
     after = adapter.read_text()
     assert "KDAKIT_HELION_MODULES = helion_kda_modules()" in after
     assert "from sglang.kernels.ops.attention.helion.kda_decode import" not in after

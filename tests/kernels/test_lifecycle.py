@@ -143,6 +143,33 @@ def test_a_dropped_prefill_graph_is_freed_at_once_not_by_the_cycle_collector():
             gc.enable()
 
 
+def test_kdakits_extend_in_the_graph_writes_into_the_layers_output_buffer(monkeypatch):
+    """In SGLang's prefill graph the layer hands its backend an output buffer and copies the extend's result
+    into it unless the result is that buffer. kdakit's patch passes the buffer to an extend kernel that
+    declares `writes_into_output`: kdakit's `chunk_kda` gets it and returns it, so no copy is captured."""
+    from kdakit.kernels import prefill
+
+    calls = []
+    original = prefill.chunk_kda
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        given = kwargs.get("output")
+        calls.append(given is not None and out.data_ptr() == given.data_ptr())
+        return out
+
+    for name in ("takes_prefill_graph_tables", "zeroes_padded_rows", "writes_track_slots"):
+        setattr(spy, name, getattr(original, name))
+    spy.writes_into_output = original.writes_into_output
+    monkeypatch.setattr(prefill, "chunk_kda", spy)
+    shape = lifecycle.Shape(heads=1, head_dim=32, prefill_lens=(3,), decode_steps=0, prefill_buckets=(16,))
+    with lifecycle.Lifecycle("helion", shape, device="cpu") as life:
+        reqs = [life.new_request(), life.new_request()]
+        life.extend(reqs[:1], [3])
+        life.extend(reqs[1:], [5], graph=True)
+    assert calls == [False, True], "eager: no buffer; in the graph: o written into the layer's buffer"
+
+
 def test_unknown_arm_is_one_clear_error():
     with pytest.raises(ValueError, match="unknown arm 'fast'; arms: triton, helion, helion-upstream"):
         lifecycle.arm_settings("fast")

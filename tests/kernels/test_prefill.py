@@ -494,6 +494,33 @@ def test_graph_tables_run_programs_for_the_real_chunks_only(monkeypatch):
     assert bool((out[:, sum(lens) :] == 0).all()), "output rows past the batch are not zeroed"
 
 
+def test_output_buffer_gets_o_with_its_padded_rows_zeroed():
+    """SGLang's prefill graph, with kdakit's patch, hands over the layer's output buffer
+    (`writes_into_output`) so that nothing copies the extend's output into it: o lands there, the call returns
+    that very buffer, its rows past the batch come back zero, and the values are those o has in v's storage
+    without it. q, k, v are views of one packed buffer, as SGLang's conv output."""
+    lens, bucket = [17, 70], 128
+    x = make(lens, seed=11)
+    gen = torch.Generator().manual_seed(12)
+    for name in ("q", "k", "v", "g", "beta"):
+        t = x[name]
+        rows = torch.randn(1, bucket - sum(lens), *t.shape[2:], generator=gen).to(t.dtype)
+        x[name] = torch.cat([t, rows], 1)
+    x["cu"] = torch.cat([x["cu"], torch.full((6,), sum(lens), dtype=torch.int32)])
+    x["idx"] = torch.cat([x["idx"], torch.full((6,), -1, dtype=x["idx"].dtype)])
+    in_v, _, pool_in_v = run(x, packed=True)
+    buffer = torch.full_like(x["v"], float("nan"))
+    out, _, pool = run(x, packed=True, output=buffer)
+    assert prefill.chunk_kda.writes_into_output
+    assert out.data_ptr() == buffer.data_ptr(), "the output is not the buffer handed over"
+    assert torch.equal(out, in_v) and torch.equal(pool, pool_in_v)
+    assert bool((out[:, sum(lens) :] == 0).all()), "the buffer's rows past the batch are not zeroed"
+    with pytest.raises(ValueError, match="output must be a"):
+        run(x, output=buffer[..., ::2])
+    with pytest.raises(ValueError, match="output must be a"):
+        run(x, output=buffer.float())
+
+
 @pytest.mark.parametrize("a_log", [3.0, 6.0])
 def test_extreme_decay_softplus_gate_is_finite_and_exact(a_log):
     """A softplus gate with a large A_log (per-token log decays of about -80 and -1600 nats) and keys of
