@@ -417,8 +417,9 @@ def test_the_search_seeds_are_valid_on_cuda_and_inside_helions_search_space(monk
 
 def test_the_state_pass_is_not_searched_its_candidates_are_checked_and_timed(interp, tmp_path, monkeypatch):
     """The state pass's search can fault and take the CUDA context with it: the job times the module default
-    and prefill.UNSEARCHED_CANDIDATES on the recorded inputs (v restored in-graph) and writes the fastest of
-    those that match the default; one that disagrees is dropped."""
+    and prefill.UNSEARCHED_CANDIDATES on the recorded inputs (nothing to restore in-graph: the recorded o
+    rows are a buffer apart from U's, as SGLang's graph hands them over) and writes the fastest of those that
+    match the default; one that disagrees is dropped."""
     candidates = [{**STATE, "num_stages": 1}, STATE]
     monkeypatch.setitem(prefill.UNSEARCHED_CANDIDATES, "state", candidates)
     real_close, checked = autotune._close, []
@@ -439,13 +440,28 @@ def test_the_state_pass_is_not_searched_its_candidates_are_checked_and_timed(int
         prefill_time_us=_fake_prefill_timer(iter([10.0, 6.0]), timed),
     )  # fmt: skip
     assert result.error is None and result.search_error is None, (result.error, result.search_error)
-    assert timed == [True, True] and (result.chosen, result.chosen_us) == ("seed 2", 6.0)
+    assert timed == [False, False] and (result.chosen, result.chosen_us) == ("seed 2", 6.0)
     loaded = tuned.load_file(result.path)
     assert loaded.config == json.loads(helion.Config(**STATE).to_json())
     assert loaded.tuning["searched"] is False and loaded.tuning["autotuned_per_call_us"] is None
     [first, second] = loaded.tuning["seeds"]
     assert "disagrees with the default" in first["error"] and first["per_call_us"] is None
     assert second["per_call_us"] == 6.0 and second["error"] is None
+
+
+def test_recompute_is_timed_with_vs_rows_restored_in_graph(interp, tmp_path, monkeypatch):
+    """Recompute writes U over v's rows, which it reads: every timed run restores them first, inside the
+    timed graph (autotune.PREFILL_RESTORED_IN_GRAPH), else the runs after the first read U as v."""
+    monkeypatch.setitem(prefill.SEARCH_SEEDS, "recompute", [])
+    default = helion.Config(**prefill.DEFAULT_CONFIGS["recompute"])
+    timed = []
+    result = autotune.run_job(
+        _prefill_job("prefill-recompute", monkeypatch, lens=(40,)), sku=SKU, gpu_name="x", out_dir=tmp_path,
+        budget_s=5, effort="quick", device="cpu", autotune=lambda *args: default,
+        prefill_time_us=_fake_prefill_timer(iter([9.0] * 4), timed),
+    )  # fmt: skip
+    assert result.error is None, result.error
+    assert timed and all(timed)
 
 
 def test_a_prefill_config_that_disagrees_is_dropped_and_the_default_written(interp, tmp_path, monkeypatch):
