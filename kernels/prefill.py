@@ -1066,13 +1066,10 @@ def _tables_fn(
     out_rows: torch.Tensor,  # [T, HV*V] the output's token rows: zeroed past the batch's tokens
 ) -> torch.Tensor:
     """The chunk map every later kernel reads, from cu_seqlens on the device (no host sync). One program
-    writes the chunk ends and counts. Empty sequences before the last one with tokens are run by the state
-    pass (they change nothing); the graph tables' empty slots after it are not.
-
-    The chunk programs map each chunk to its sequence and token span, once for all heads and K tiles (the
-    gate, intra, solve and recompute read it). Each sums the chunk counts itself (no program waits on
-    another): chunk m belongs to the first sequence whose chunks end after m, and starts 64 tokens a chunk
-    past the end of the chunks before that sequence.
+    writes the chunk ends and counts, and maps each real chunk to its token span, once for all heads and K
+    tiles (the gate, intra, solve and recompute read it): each sequence's chunks, from the end of the chunks
+    before it, 16 at a time. Empty sequences before the last one with tokens are run by the state pass (they
+    change nothing); the graph tables' empty slots after it are not.
 
     The row programs zero the output rows past the batch's tokens (a CUDA graph's bucket padding: no later
     kernel writes them), so SGLang's graph need not mask them (`zeroes_padded_rows`)."""
@@ -1082,33 +1079,24 @@ def _tables_fn(
         last = hl.zeros([tile_one], dtype=torch.int64)
         for tile_n in hl.tile(N, block_size=128):
             n = tile_n.index
-            lengths = (cu_seqlens[n + 1] - cu_seqlens[n]).long()
+            begin = cu_seqlens[n].long()
+            finish = cu_seqlens[n + 1].long()
+            lengths = finish - begin
             per_seq = (lengths + 63) // 64
-            hl.store(ends, [n], hl.cumsum(per_seq, 0) + chunks)
+            seq_ends = hl.cumsum(per_seq, 0) + chunks
+            hl.store(ends, [n], seq_ends)
+            first = seq_ends - per_seq  # the sequence's first chunk
+            for tile_j in hl.tile(per_seq.amax(0), block_size=16):
+                j = tile_j.index  # the chunk within its sequence
+                own = _row(j) < _column(per_seq)
+                m = _column(first) + _row(j)
+                hl.store(spans, [m, 0], _column(begin) + _row(j).long() * 64, extra_mask=own)
+                hl.store(spans, [m, 1], _column(finish) + hl.zeros([tile_n, tile_j], dtype=torch.int64),
+                         extra_mask=own)  # fmt: skip
             chunks = chunks + per_seq.sum(0)
             last = torch.maximum(last, torch.where(lengths > 0, n + 1, 0).amax(0))
         hl.store(counts, [tile_one.index], chunks)
         hl.store(counts, [tile_one.index + 1], last)
-    for tile_m in hl.tile(spans.size(0), block_size=16):
-        m = tile_m.index
-        # int32 chunk counts (a bucket's chunks fit many times over): half the registers of int64
-        done = hl.zeros([tile_m], dtype=torch.int32)  # the chunks of the sequences summed so far (every lane)
-        seq = hl.zeros([tile_m], dtype=torch.int32)  # sequences whose chunks all end at or before m
-        first = hl.zeros([tile_m], dtype=torch.int32)  # the chunk after those sequences' chunks
-        m_column = _column(m)
-        for tile_k in hl.tile(N, block_size=128):
-            k = tile_k.index
-            seq_chunks = (cu_seqlens[k + 1] - cu_seqlens[k] + 63) // 64
-            seq_ends = _column(done) + _row(hl.cumsum(seq_chunks, 0).to(torch.int32))
-            before = seq_ends <= m_column
-            seq = seq + before.to(torch.int32).sum(1).to(torch.int32)
-            first = torch.maximum(first, torch.where(before, seq_ends, 0).amax(1))
-            done = done + seq_chunks.sum(0).to(torch.int32)
-        seq = torch.clamp(seq, max=N - 1)
-        real = m < done
-        start = cu_seqlens[seq].long() + (m - first).long() * 64
-        hl.store(spans, [m, 0], start, extra_mask=real)
-        hl.store(spans, [m, 1], cu_seqlens[seq + 1].long(), extra_mask=real)
     for tile_r, tile_c in hl.tile([out_rows.size(0), out_rows.size(1)], block_size=[64, 128]):
         past = tile_r.index >= cu_seqlens[N].long()
         zeros = hl.zeros([tile_r, tile_c], dtype=out_rows.dtype)

@@ -298,7 +298,8 @@ def test_chunk_tables_count_real_chunks_and_stop_at_the_last_sequence_with_token
     """One kernel launch gives every later kernel its chunk map: the chunk ends per sequence, the real
     chunks, the index after the last sequence with tokens (empty ones inside count, the table's empty
     slots after it do not), and each real chunk's token span (empty sequences own no chunk); more sequences
-    than one 128-wide tile carry the running sums across tiles, and many 16-chunk programs map the spans."""
+    than one 128-wide tile carry the running sums across tiles, and a sequence of more than 16 chunks has
+    its spans mapped 16 at a time."""
 
     def tables(lengths):
         cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
@@ -316,6 +317,7 @@ def test_chunk_tables_count_real_chunks_and_stop_at_the_last_sequence_with_token
     assert tables([0, 0]) == ([0, 0], [0, 0])
     ends, counts = tables([65] * 300)
     assert ends == [2 * (i + 1) for i in range(300)] and counts == [600, 300]
+    assert tables([1100, 3]) == ([18, 19], [19, 2])
 
 
 def test_fixed_length_tables_give_every_chunk_its_span():
