@@ -204,7 +204,7 @@ def ttft_estimates(record: dict) -> list[dict]:
     of the chunked-prefill size, each chunk timed as the stack case of that many tokens (the largest stack
     case up to the chunk, scaled to it; later chunks' prefix state is ignored: the KDA cost is linear in new
     tokens). No estimate from a case under half the chunk: scaled further, a prefill's fixed costs would
-    count as per-token costs (a 16-token stack scaled to 4096 tokens is 25 times too slow)."""
+    count as per-token costs (a 16-token stack scaled to 4096 tokens came out 23 times too slow)."""
     chunk = record["config"]["chunked_prefill_size"]
     stack = record["stack"]
     sizes = sorted({int(r["case"].split("x")[1]) for r in stack if r["case"].startswith("1x")})

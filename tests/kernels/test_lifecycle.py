@@ -158,9 +158,9 @@ def test_kdakits_extend_in_the_graph_writes_into_the_layers_output_buffer(monkey
         calls.append(given is not None and out.data_ptr() == given.data_ptr())
         return out
 
-    for name in ("takes_prefill_graph_tables", "zeroes_padded_rows", "writes_track_slots"):
+    declared = "takes_prefill_graph_tables zeroes_padded_rows writes_track_slots writes_into_output"
+    for name in declared.split():  # what SGLang's adapter reads off the entry point
         setattr(spy, name, getattr(original, name))
-    spy.writes_into_output = original.writes_into_output
     monkeypatch.setattr(prefill, "chunk_kda", spy)
     shape = lifecycle.Shape(heads=1, head_dim=32, prefill_lens=(3,), decode_steps=0, prefill_buckets=(16,))
     with lifecycle.Lifecycle("helion", shape, device="cpu") as life:
