@@ -93,6 +93,20 @@ def packed_views(x):
     return qkv, q.view(B, T, H, K_), k.view(B, T, H, K_), v.view(B, T, HV, V_)
 
 
+def graph_padded(real, bucket, empty, seed):
+    """`real` (varlen) as SGLang's prefill graph calls with a bucket's tables: tokens padded to `bucket` with
+    random rows, and `empty` empty sequence slots (PAD_SLOT_ID -1) after the batch."""
+    x = dict(real)
+    gen = torch.Generator().manual_seed(seed)
+    for name in ("q", "k", "v", "g", "beta"):
+        t = real[name]
+        rows = torch.randn(1, bucket - t.shape[1], *t.shape[2:], generator=gen).to(t.dtype)
+        x[name] = torch.cat([t, rows], 1)
+    x["cu"] = torch.cat([real["cu"], torch.full((empty,), int(real["cu"][-1]), dtype=torch.int32)])
+    x["idx"] = torch.cat([real["idx"], torch.full((empty,), -1, dtype=real["idx"].dtype)])
+    return x
+
+
 def run(x, *, lower_bound=-5.0, gate_in_kernel=True, beta_is_raw=True, l2norm=True, packed=False, **extra):
     q, k = x["q"], x["k"]
     v = x["v"].clone()
@@ -470,16 +484,9 @@ def test_graph_tables_run_programs_for_the_real_chunks_only(monkeypatch):
     bucket (3), not one program per chunk slot of the tables (192 // 64 + 32 = 35), the results match
     the same batch called without the tables, and the output rows past the batch come back zero (what
     `zeroes_padded_rows` promises SGLang's graph, which then skips its own masking pass)."""
-    lens, bucket, empty = [17, 70], 192, 30
+    lens, bucket = [17, 70], 192
     real = make(lens, seed=9)
-    x = dict(real)
-    pad = bucket - sum(lens)
-    gen = torch.Generator().manual_seed(10)
-    for name in ("q", "k", "v", "g", "beta"):
-        t = real[name]
-        x[name] = torch.cat([t, torch.randn(1, pad, *t.shape[2:], generator=gen).to(t.dtype)], 1)
-    x["cu"] = torch.cat([real["cu"], torch.full((empty,), sum(lens), dtype=torch.int32)])
-    x["idx"] = torch.cat([real["idx"], torch.full((empty,), -1, dtype=real["idx"].dtype)])
+    x = graph_padded(real, bucket, empty=30, seed=10)
     sizes = []
     lane_ids = prefill._lane_ids
 
@@ -501,15 +508,8 @@ def test_output_buffer_gets_o_with_its_padded_rows_zeroed():
     (`writes_into_output`) so that nothing copies the extend's output into it: o lands there, the call returns
     that very buffer, its rows past the batch come back zero, and the values are those o has in v's storage
     without it. q, k, v are views of one packed buffer, as SGLang's conv output."""
-    lens, bucket = [17, 70], 128
-    x = make(lens, seed=11)
-    gen = torch.Generator().manual_seed(12)
-    for name in ("q", "k", "v", "g", "beta"):
-        t = x[name]
-        rows = torch.randn(1, bucket - sum(lens), *t.shape[2:], generator=gen).to(t.dtype)
-        x[name] = torch.cat([t, rows], 1)
-    x["cu"] = torch.cat([x["cu"], torch.full((6,), sum(lens), dtype=torch.int32)])
-    x["idx"] = torch.cat([x["idx"], torch.full((6,), -1, dtype=x["idx"].dtype)])
+    lens = [17, 70]
+    x = graph_padded(make(lens, seed=11), bucket=128, empty=6, seed=12)
     in_v, _, pool_in_v = run(x, packed=True)
     buffer = torch.full_like(x["v"], float("nan"))
     out, _, pool = run(x, packed=True, output=buffer)
