@@ -23,7 +23,7 @@ kernels-seeds: ## The seed PRs' kernel measurements in one bounded GPU call: per
 	$(KDAKIT) kernels seeds --results-dir $(KERNELS_RESULTS) $(if $(KERNELS_RUN_ID),--run-id $(KERNELS_RUN_ID)) \
 	  $(if $(KERNELS_BUDGET),--budget-s $(KERNELS_BUDGET))
 
-kernels-bench-table: ## Regenerate kernels/BENCH.md's current table from the newest record in measurements/kernels-bench/
+kernels-bench-table: ## Regenerate kernels/BENCH.md's current tables from the newest records in measurements/kernels-bench/
 	$(KDAKIT) kernels bench-table --write
 
 kernels-fetch-upstream: ## Extract SGLang's KDA kernel modules from the pinned wheel (pip download if missing) into ~/.cache/kdakit

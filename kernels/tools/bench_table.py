@@ -1,9 +1,10 @@
-"""kernels/BENCH.md's current-results section, generated from a `kdakit kernels bench` record.
+"""kernels/BENCH.md's current-results section, generated from `kdakit kernels bench` records.
 
-The section sits between BEGIN and END in BENCH.md and holds the record's table exactly as `kdakit kernels
+The section sits between BEGIN and END in BENCH.md and holds each record's table exactly as `kdakit kernels
 bench` prints it, under one line naming the record, GPU and versions. `kdakit kernels bench-table --write`
-regenerates it from the newest record under measurements/kernels-bench/; a test fails when the committed
-section differs from the generated one.
+regenerates it from the newest record of each phase and head count under measurements/kernels-bench/ (one
+bench call rarely times every phase at both head counts); a test fails when the committed section differs
+from the generated one.
 """
 
 from __future__ import annotations
@@ -42,6 +43,22 @@ def latest_raw(root: Path | None = None, raw_name: str = RAW_NAME, read=None) ->
     return found[-1]
 
 
+def current_raws(root: Path | None = None) -> list[Path]:
+    """The records the current section shows: for each phase and head count, the record under root (default:
+    RECORDS) created last that timed it; each record once, oldest first."""
+    root = root or RECORDS
+    newest: dict[tuple, tuple[str, str]] = {}
+    for raw in root.glob(f"*/*/{RAW_NAME}"):
+        result = _read(raw)
+        stamp = (result.get("created", ""), str(raw))
+        for phase in {row["phase"] for row in result["rows"]}:
+            key = (phase, result["config"].get("heads"))
+            newest[key] = max(newest.get(key, stamp), stamp)
+    if not newest:
+        raise UsageError(f"no {RAW_NAME} under {root} (RUN_ID/HOST/{RAW_NAME})")
+    return [Path(path) for _, path in sorted(set(newest.values()))]
+
+
 def environment_line(env: dict) -> str:
     """GPU, driver and torch/triton/helion of a record's environment, as the sections name them."""
     versions = env.get("versions", {})
@@ -55,18 +72,22 @@ def shown(path: Path) -> str:
     return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else path.name
 
 
-def section(raw: Path) -> str:
-    """BEGIN, the record line, the bench's table, END."""
+def section(raws: list[Path]) -> str:
+    """BEGIN, then per record its line and the bench's table, END."""
     from kdakit.kernels.tools import table
 
-    result = _read(raw)
-    mode = result.get("kernel_configs", {}).get("mode", "shipped")
-    line = (
-        f"Record `{shown(raw)}` ({result.get('created', '?')}): "
-        f"{environment_line(result.get('environment', {}))}; phases {','.join(result['config']['phases'])}, "
-        f"configs {mode}."
-    )
-    return "\n".join([BEGIN, "", line, "", table.render_table(result), "", END])
+    parts = [BEGIN]
+    for raw in raws:
+        result = _read(raw)
+        config = result["config"]
+        mode = result.get("kernel_configs", {}).get("mode", "shipped")
+        line = (
+            f"Record `{shown(raw)}` ({result.get('created', '?')}): "
+            f"{environment_line(result.get('environment', {}))}; phases {','.join(config['phases'])}, "
+            f"{config.get('heads') or '?'} heads, configs {mode}."
+        )
+        parts += ["", line, "", table.render_table(result)]
+    return "\n".join([*parts, "", END])
 
 
 def current(path: Path | None = None, markers: tuple[str, str] = (BEGIN, END)) -> str:

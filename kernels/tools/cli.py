@@ -220,8 +220,8 @@ def _simple_parsers(kernels: argparse._SubParsersAction) -> None:
             if option in _SWITCHES:
                 command.add_argument(option, action="store_true", help=option_help)
             else:
-                optional = option.endswith("?")
-                command.add_argument(option.rstrip("?"), nargs="?" if optional else None, help=option_help)
+                nargs = option[-1] if option[-1] in "?*" else None
+                command.add_argument(option.rstrip("?*"), nargs=nargs, help=option_help)
         command.set_defaults(func=func)
 
 
@@ -332,15 +332,16 @@ def cmd_patch(args: argparse.Namespace) -> int:
 def cmd_bench_table(args: argparse.Namespace) -> int:
     from kdakit.kernels.tools import bench_table
 
-    raw = Path(args.raw) if args.raw else bench_table.latest_raw()
-    section = bench_table.section(raw)
+    raws = [Path(raw) for raw in args.raw] or bench_table.current_raws()
+    section = bench_table.section(raws)
+    named = ", ".join(map(str, raws))
     if args.write:
         bench_table.write(section)
-        print(f"wrote the table of {raw} into {bench_table.BENCH_MD}")
+        print(f"wrote the tables of {named} into {bench_table.BENCH_MD}")
         return 0
     if args.check:
         same = bench_table.current() == section
-        print(f"{bench_table.BENCH_MD}: " + ("up to date" if same else f"differs from the table of {raw}"))
+        print(f"{bench_table.BENCH_MD}: " + ("up to date" if same else f"differs from the tables of {named}"))
         return 0 if same else 1
     print(section)
     return 0
@@ -540,9 +541,9 @@ _SIMPLE_COMMANDS = {
     ),
     "bench-table": (
         cmd_bench_table,
-        "print (or --write into kernels/BENCH.md) the current table from the newest record under "
-        "measurements/kernels-bench/ (or RAW)",
-        {"raw?": "a kernels-bench.json (default: the newest)",
+        "print (or --write into kernels/BENCH.md) the current tables from the newest record of each phase and "
+        "head count under measurements/kernels-bench/ (or the RAWs)",
+        {"raw*": "kernels-bench.json files (default: the newest of each phase and head count)",
          "--write": "replace the section in kernels/BENCH.md",
          "--check": "exit 1 when kernels/BENCH.md's section differs"},
     ),

@@ -1,5 +1,6 @@
-"""kernels/BENCH.md's current table is generated from the newest bench record (`kdakit kernels bench-table`):
-the committed section must equal the generated one, and the generator picks the newest record."""
+"""kernels/BENCH.md's current tables are generated from the newest bench record of each phase and head count
+(`kdakit kernels bench-table`): the committed section must equal the generated one, and the generator picks
+those records."""
 
 from __future__ import annotations
 
@@ -11,10 +12,31 @@ from kdakit.kernels.tools import bench_table, table
 from kdakit.cli import main
 
 
-def test_the_committed_table_is_the_one_generated_from_the_newest_record():
-    raw = bench_table.latest_raw()
-    assert bench_table.current() == bench_table.section(raw), "run `kdakit kernels bench-table --write`"
-    assert table.render_table(json.loads(raw.read_text())) in bench_table.current()
+def test_the_committed_tables_are_the_ones_generated_from_the_newest_records():
+    raws = bench_table.current_raws()
+    assert bench_table.current() == bench_table.section(raws), "run `kdakit kernels bench-table --write`"
+    for raw in raws:
+        assert table.render_table(json.loads(raw.read_text())) in bench_table.current()
+
+
+def _copy_record(src, dst, **changes):
+    (dst / "host").mkdir(parents=True)
+    record = json.loads(src.read_text())
+    record["config"] = record["config"] | changes.pop("config", {})
+    (dst / "host" / "kernels-bench.json").write_text(json.dumps(record | changes))
+
+
+def test_the_current_records_are_the_newest_of_each_phase_and_head_count(tmp_path):
+    records = sorted(bench_table.RECORDS.glob("*/*/kernels-bench.json"))
+    phases = {raw: {row["phase"] for row in json.loads(raw.read_text())["rows"]} for raw in records}
+    prefill = next(raw for raw in records if phases[raw] == {"prefill"})
+    decode = next(raw for raw in records if "decode" in phases[raw] and "prefill" not in phases[raw])
+    _copy_record(prefill, tmp_path / "prefill-h16-old", created="2000-01-01", config={"heads": 16})
+    _copy_record(prefill, tmp_path / "prefill-h16-new", created="2000-01-03", config={"heads": 16})
+    _copy_record(prefill, tmp_path / "prefill-h8", created="2000-01-02", config={"heads": 8})
+    _copy_record(decode, tmp_path / "decode-h16", created="1999-12-31", config={"heads": 16})
+    chosen = [raw.parent.parent.name for raw in bench_table.current_raws(tmp_path)]
+    assert chosen == ["decode-h16", "prefill-h8", "prefill-h16-new"]
 
 
 def test_the_newest_record_is_chosen_by_its_creation_time(tmp_path):
