@@ -541,8 +541,8 @@ _SIMPLE_COMMANDS = {
     ),
     "bench-table": (
         cmd_bench_table,
-        "print (or --write into kernels/BENCH.md) the current tables from the newest record of each phase and "
-        "head count under measurements/kernels-bench/ (or the RAWs)",
+        "print (or --write into kernels/BENCH.md) the current tables from the newest record of each phase "
+        "and head count under measurements/kernels-bench/ (or the RAWs)",
         {"raw*": "kernels-bench.json files (default: the newest of each phase and head count)",
          "--write": "replace the section in kernels/BENCH.md",
          "--check": "exit 1 when kernels/BENCH.md's section differs"},
