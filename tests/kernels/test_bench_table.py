@@ -12,18 +12,18 @@ from kdakit.kernels.tools import bench_table, table
 from kdakit.cli import main
 
 
-def test_the_committed_tables_are_the_ones_generated_from_the_newest_records():
-    raws = bench_table.current_raws()
-    assert bench_table.current() == bench_table.section(raws), "run `kdakit kernels bench-table --write`"
-    for raw in raws:
-        assert table.render_table(json.loads(raw.read_text())) in bench_table.current()
-
-
 def _copy_record(src, dst, **changes):
     (dst / "host").mkdir(parents=True)
     record = json.loads(src.read_text())
     record["config"] = record["config"] | changes.pop("config", {})
     (dst / "host" / "kernels-bench.json").write_text(json.dumps(record | changes))
+
+
+def test_the_committed_tables_are_the_ones_generated_from_the_newest_records():
+    raws = bench_table.current_raws()
+    assert bench_table.current() == bench_table.section(raws), "run `kdakit kernels bench-table --write`"
+    for raw in raws:
+        assert table.render_table(json.loads(raw.read_text())) in bench_table.current()
 
 
 def test_the_current_records_are_the_newest_of_each_phase_and_head_count(tmp_path):
@@ -42,9 +42,7 @@ def test_the_current_records_are_the_newest_of_each_phase_and_head_count(tmp_pat
 def test_the_newest_record_is_chosen_by_its_creation_time(tmp_path):
     [older, newer] = sorted(bench_table.RECORDS.glob("*/*/kernels-bench.json"))[:2]
     for name, src, created in (("b-old", older, "2000-01-02"), ("a-new", newer, "2001-01-01")):
-        (tmp_path / name / "host").mkdir(parents=True)
-        record = json.loads(src.read_text()) | {"created": created}
-        (tmp_path / name / "host" / "kernels-bench.json").write_text(json.dumps(record))
+        _copy_record(src, tmp_path / name, created=created)
     assert bench_table.latest_raw(tmp_path).parent.parent.name == "a-new"
 
 

@@ -120,6 +120,12 @@ def test_the_verify_kernel_gets_the_backends_row_table_and_the_tree():
     assert [row[1:] for row in tree_parents] == [lifecycle.TREE_PARENTS[1:]] * 2
 
 
+# one small head and one prefill graph bucket: the graph-entry tests need a capture, not a workload
+ONE_GRAPH_BUCKET = lifecycle.Shape(
+    heads=1, head_dim=32, prefill_lens=(3,), decode_steps=0, prefill_buckets=(16,)
+)
+
+
 def test_a_dropped_prefill_graph_is_freed_at_once_not_by_the_cycle_collector():
     """`kdakit kernels served` drops each case's captured graphs before the next case's capture. A graph
     entry in a reference cycle outlives that until the cycle collector runs, which may be in the middle of a
@@ -128,8 +134,7 @@ def test_a_dropped_prefill_graph_is_freed_at_once_not_by_the_cycle_collector():
     import gc
     import weakref
 
-    shape = lifecycle.Shape(heads=1, head_dim=32, prefill_lens=(3,), decode_steps=0, prefill_buckets=(16,))
-    with lifecycle.Lifecycle("triton", shape, device="cpu") as life:
+    with lifecycle.Lifecycle("triton", ONE_GRAPH_BUCKET, device="cpu") as life:
         reqs = [life.new_request()]
         life.extend(reqs, [3], graph=True)
         (entry,) = life._prefill_graphs.values()
@@ -162,8 +167,7 @@ def test_kdakits_extend_in_the_graph_writes_into_the_layers_output_buffer(monkey
     for name in declared.split():  # what SGLang's adapter reads off the entry point
         setattr(spy, name, getattr(original, name))
     monkeypatch.setattr(prefill, "chunk_kda", spy)
-    shape = lifecycle.Shape(heads=1, head_dim=32, prefill_lens=(3,), decode_steps=0, prefill_buckets=(16,))
-    with lifecycle.Lifecycle("helion", shape, device="cpu") as life:
+    with lifecycle.Lifecycle("helion", ONE_GRAPH_BUCKET, device="cpu") as life:
         reqs = [life.new_request(), life.new_request()]
         life.extend(reqs[:1], [3])
         life.extend(reqs[1:], [5], graph=True)
