@@ -33,8 +33,9 @@ bandwidth-bound.
 5. `state`: one program per (sequence, value head, V tile): the only sequential part, over the chunks of one
    sequence, with the state kept K-first in registers; the output is fused in, so no per-chunk state goes
    through HBM. Each step's dot operands are loaded at its top and pipelined by Triton (3 stages); the
-   chunk's decay, which Triton does not stage, is loaded one step ahead. Each program takes a whole SM, so
-   the V tile is widened at run time while the programs would need a second wave
+   chunk's decay, which Triton does not stage, is loaded one step ahead. A step runs the chain's two dots
+   (W S, then kg^T v_new) back to back and the output's two (qg S, Aqk v_new) after them. Each program
+   takes a whole SM, so the V tile is widened at run time while the programs would need a second wave
    (`widened_block_v`: 2x4096 tokens runs 32-wide), and a specialization that needs more shared memory
    than the GPU has runs with fewer stages (`_launch_within_shared_memory`). No per-chunk state
    leaves the loop: with `output_intermediate_states` the second return value is None (as SGLang's FlashInfer
