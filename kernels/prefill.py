@@ -699,8 +699,8 @@ def _state_pass_fn(
                 v_cols = hv * V + tile_v.index
                 u = hl.load(u_rows, [clamped[:, None], v_cols[None, :]]).float()
                 v_new = torch.where(valid[:, None], u - _dot32(w, state_b), 0.0).to(torch.bfloat16)
-                # the chain's two dots back to back, the output's after: qg S between them held the state
-                # update, and the decay's layout conversion shares v_new's barrier (H100: -1.4 us at 1x4096)
+                # the chain's two dots back to back and the output's after them: qg S in between would hold
+                # up the state update, and here the decay's layout conversion shares v_new's barrier
                 state = state * decay[:, None] + _dot32(kg_t, v_new)
                 o = _dot32(qg, state_b) + _dot32(aqk, v_new)
                 hl.store(o_rows, [token[:, None], v_cols[None, :]], o.to(o_rows.dtype),

@@ -4,8 +4,8 @@
 set -u
 source measurements/kernels-tuning/cpu-2026-12-06-next-calls/preamble.sh
 limit=${CALL_LIMIT:-585}
-timeout 250 .carry/calls/kd kernels served --arms triton,helion --reps 3 --results-dir $OUT/r/served --run-id vm \
-  > $OUT/r/served.log 2>&1
+timeout 250 .carry/calls/kd kernels served --arms triton,helion --reps 3 --results-dir $OUT/r/served \
+  --run-id vm > $OUT/r/served.log 2>&1
 echo "served rc=$? t=$SECONDS" >> $OUT/r/times.txt
 for h in 16 8; do
   end=$(( h == 16 && limit >= 585 ? 420 : limit ))

@@ -1,6 +1,6 @@
 # On the CPU machine, from the repository root, after ../cpu-2026-12-06-next-calls/setup-calls.sh: the three
 # state-pass orders of this folder as prefill module copies in .carry/calls/ (git-ignored) for cprobe.py, and
-# main with the state pass at 8 warps (prefill_w8).
+# main with the state pass at 8 warps (prefill_w8). The diffs are against kernels/prefill.py at a370b15.
 set -eu
 A=measurements/kernels-tuning/cpu-2026-12-07-state-order
 for v in sorder stop sboth; do
