@@ -62,7 +62,7 @@ swap("""# ----------------------------------------------------------------------
     return o_rows
 
 
-OUTPUT_CONFIG = {"block_sizes": [64], "num_warps": 4, "num_stages": 2, "indexing": "pointer"}
+OUTPUT_CONFIG = {"block_sizes": [64], "num_warps": 4, "num_stages": 1, "indexing": "pointer"}
 _output_kernel = helion.kernel(
     _output_fn, static_shapes=False, config=helion.Config(**OUTPUT_CONFIG), key=_size_one_key,
     ignore_warnings=_IGNORED,
