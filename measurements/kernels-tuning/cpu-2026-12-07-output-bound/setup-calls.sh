@@ -28,3 +28,5 @@ assert text.count(cfg) == 1
 four = cfg.replace('"num_stages": 3', '"num_stages": 4')
 open(".carry/calls/prefill_split4.py", "w").write(text.replace(cfg, four))
 PY
+# check-1x16.sh's module before the state pass's step order changed
+git show 103bf5f:kernels/prefill.py > .carry/calls/prefill_presorder.py
