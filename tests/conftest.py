@@ -23,8 +23,9 @@ def pytest_runtest_makereport(item, call):
 
 
 # pytest-xdist, as `make test` runs it (--dist loadscope): one work unit per test file, except the files that
-# start Docker engines on the image-building engine's data root, which are one unit, run first (they are the
-# longest) and one after the other (side by side their engines' GBs of images outgrow a CI machine's disk).
+# start Docker engines on the image-building engine's data root, which are one unit (SHARED_UNIT), run first
+# (they are the longest; while `make test-images` builds their images beside the tests, first once it is
+# done) and one after the other (side by side their engines' GBs of images outgrow a CI machine's disk).
 # A Docker file that loads only small images and builds them on an engine of its own (OWN_ENGINE_FILES) is a
 # unit of its own, second in the queue: it runs on the other worker beside the shared unit.
 TESTS = Path(__file__).parent
@@ -37,18 +38,19 @@ OWN_ENGINE_FILES = {"tests/test_faults_cluster.py"}
 # First in the shared unit: xdist gives a worker its next unit once two of its tests are left, and that unit
 # waits behind them; the two long cluster tests first leave only short image tests for it to wait behind.
 SHARED_UNIT_FIRST = "tests/test_playbooks_cluster.py"
+SHARED_UNIT = "docker"
 assert OWN_ENGINE_FILES | {SHARED_UNIT_FIRST} <= DOCKER_FILES, OWN_ENGINE_FILES - DOCKER_FILES
 
 
 def _scope(nodeid: str) -> str:
     path = nodeid.split("::", 1)[0]
-    return "docker" if path in DOCKER_FILES - OWN_ENGINE_FILES else path
+    return SHARED_UNIT if path in DOCKER_FILES - OWN_ENGINE_FILES else path
 
 
 def _queue_rank(nodeid: str) -> int:
     """A test's place in the queue: the shared Docker unit, the own-engine Docker files, the rest."""
     path = nodeid.split("::", 1)[0]
-    if _scope(nodeid) == "docker":
+    if _scope(nodeid) == SHARED_UNIT:
         return 0 if path == SHARED_UNIT_FIRST else 1
     return 2 if path in OWN_ENGINE_FILES else 3
 
@@ -59,9 +61,21 @@ def pytest_xdist_make_scheduler(config, log):
         return None  # another --dist: xdist's own scheduler
     from xdist.scheduler import LoadScopeScheduling
 
+    from tests.infra import prebuild
+
     class DockerFilesTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return _scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            # `make test-images` beside the tests (CI): the shared unit's fixtures would wait for its images,
+            # so meanwhile the worker takes the next unit and the shared unit stays first in the queue
+            if not prebuild.defer_shared_unit(list(self.workqueue), SHARED_UNIT, prebuild.running()):
+                return super()._assign_work_unit(node)
+            shared = self.workqueue.pop(SHARED_UNIT)
+            super()._assign_work_unit(node)
+            self.workqueue[SHARED_UNIT] = shared
+            self.workqueue.move_to_end(SHARED_UNIT, last=False)
 
     config.option.loadscopereorder = False  # keep the collection order: the Docker units first
     return DockerFilesTogether(config, log)
