@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.infra import images, prebuild
 
 
@@ -28,10 +30,8 @@ def test_the_build_names_itself_while_it_runs_and_not_after(tmp_path, monkeypatc
         raise RuntimeError("build failed")
 
     monkeypatch.setattr(prebuild, "cluster_images", fails)
-    try:
+    with pytest.raises(RuntimeError, match="build failed"):
         prebuild.main()
-    except RuntimeError:
-        pass
     assert not prebuild.running(), "a failed build still named as running"
 
 
