@@ -3,7 +3,7 @@ not a kit kernel: one sequence, every tile full, the state pass's step as kernel
 (operands loaded at the step's top, W S, v_new, the state update, then the output), with the step's token
 count C and the output's form as parameters:
 - `aqk`: o = qg S + Aqk v_new, as main (Aqk is C x C);
-- `qprime`: o = Q' S + (Aqk U), Q' = qg - Aqk W and Aqk U made per chunk before the pass (two products a
+- `qprime`: o = Q' S + (Aqk U), Q' = qg - Aqk W and Aqk U made per chunk before the pass (three products a
   step instead of four; a C = 128 step with Aqk would need 132 KiB of operands a stage).
 A C = 128 step needs its operands from a pre-pass that merges two 64-token chunks (`pairs.py` checks that
 algebra); this toy takes random operands of the right shapes, since only the time is asked.
