@@ -1,5 +1,5 @@
 # Call, after ../cpu-2026-12-06-next-calls/setup-calls.sh; carry [".whl", ".carry"]. The prefill kernel bench
-# with every arm at the three bench shapes, 16 heads then 8 heads, one process each. Rows written as they finish.
+# with every arm at the three bench shapes, 16 heads then 8 heads, one process each. Rows as they finish.
 set -u
 source measurements/kernels-tuning/cpu-2026-12-06-next-calls/preamble.sh
 for h in 16 8; do
