@@ -4,8 +4,8 @@
 set -u
 source measurements/kernels-tuning/cpu-2026-12-06-next-calls/preamble.sh
 for h in ${BENCH_HEADS:-16 8}; do
-  timeout $(( ${CALL_LIMIT:-585} - SECONDS )) .carry/calls/kd kernels bench --phases prefill --repeats 2 --heads $h \
-    --results-dir $OUT/r/bench-h$h --run-id vm > $OUT/r/bench-h$h.log 2>&1
+  timeout $(( ${CALL_LIMIT:-585} - SECONDS )) .carry/calls/kd kernels bench --phases prefill --repeats 2 \
+    --heads $h --results-dir $OUT/r/bench-h$h --run-id vm > $OUT/r/bench-h$h.log 2>&1
   echo "bench h$h rc=$? t=$SECONDS" >> $OUT/r/times.txt
 done
 finish
