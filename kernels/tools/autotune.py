@@ -437,7 +437,10 @@ def helion_autotune(
     fn, args: tuple, budget_s: int, effort: str, seeds=(), verbose: bool = False, settings=None
 ):
     """Helion's own search for `fn` at `args` (GPU only), its initial population seeded with `seeds`: the
-    best helion.Config it finds. Raises (helion.exc.NoConfigFound, ...) when no candidate works."""
+    best helion.Config it finds. Raises (helion.exc.NoConfigFound, ...) when no candidate works. Quiet
+    (warnings only) unless `verbose` or HELION_AUTOTUNE_LOG_LEVEL is set; with HELION_AUTOTUNE_LOG=<base>
+    Helion also writes every candidate's status and time to <base>.csv and its log to <base>.log, the way
+    to learn why a search found nothing (its per-candidate errors are logged at DEBUG)."""
     import helion
 
     os.environ.setdefault("HELION_BENCHMARK_CUDAGRAPH", "1")
@@ -449,7 +452,7 @@ def helion_autotune(
         "autotune_seed_configs": searchable_seeds(fn, args, seeds, settings),
         **(settings or {}),
     }
-    if not verbose:
+    if not verbose and not os.environ.get("HELION_AUTOTUNE_LOG_LEVEL", "").strip():  # set: it asks for detail
         options["autotune_log_level"] = logging.WARNING
     kernel = helion.kernel(fn, **options)
     return kernel.bind(args).autotune(args, force=True)

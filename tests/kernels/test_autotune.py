@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import re
 import time
 
@@ -814,3 +815,33 @@ def test_prefill_search_zeroes_or_restores_exactly_what_each_kernel_writes():
         assert listed <= set(inspect.signature(fn).parameters), short
     restored = {n for names in autotune.PREFILL_INOUT.values() for n in names}
     assert set(autotune.PREFILL_RESTORED_IN_GRAPH) <= restored
+
+
+@pytest.mark.parametrize(("env_level", "quiet"), [(None, True), ("", True), ("DEBUG", False), ("10", False)])
+def test_the_search_is_quiet_unless_helions_log_level_variable_asks_for_detail(monkeypatch, env_level, quiet):
+    """Helion logs each failed candidate at DEBUG only, so a search that found nothing can be explained only
+    with HELION_AUTOTUNE_LOG_LEVEL set: the search must then leave the level to Helion, and otherwise keep to
+    warnings."""
+    built = []
+
+    class FakeKernel:
+        def bind(self, args):
+            return self
+
+        def autotune(self, args, force):
+            return "config"
+
+    def fake_kernel(fn, **options):
+        built.append(options)
+        return FakeKernel()
+
+    if env_level is None:
+        monkeypatch.delenv("HELION_AUTOTUNE_LOG_LEVEL", raising=False)
+    else:
+        monkeypatch.setenv("HELION_AUTOTUNE_LOG_LEVEL", env_level)
+    monkeypatch.setattr(helion, "kernel", fake_kernel)
+    monkeypatch.setattr(autotune, "searchable_seeds", lambda *a, **k: [])
+    assert autotune.helion_autotune(lambda: None, (), 5, "quick") == "config"
+    [options] = built
+    assert (options.get("autotune_log_level") == logging.WARNING) is quiet
+    assert quiet or "autotune_log_level" not in options
