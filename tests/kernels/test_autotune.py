@@ -839,6 +839,7 @@ def test_the_search_is_quiet_unless_helions_log_level_variable_asks_for_detail(m
         monkeypatch.delenv("HELION_AUTOTUNE_LOG_LEVEL", raising=False)
     else:
         monkeypatch.setenv("HELION_AUTOTUNE_LOG_LEVEL", env_level)
+    monkeypatch.setenv("HELION_BENCHMARK_CUDAGRAPH", "1")  # the search sets it: restored after the test
     monkeypatch.setattr(helion, "kernel", fake_kernel)
     monkeypatch.setattr(autotune, "searchable_seeds", lambda *a, **k: [])
     assert autotune.helion_autotune(lambda: None, (), 5, "quick") == "config"
